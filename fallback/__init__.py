@@ -1,0 +1,57 @@
+"""Pure NumPy CPU kernels: the CPU code path, and the reference every GPU path is tested against.
+
+``run_node(op_type, inputs, attrs, opset)`` runs one ONNX node. ``inputs`` are the positional ONNX
+inputs (None for an absent optional input), ``attrs`` the decoded attributes, plus two internal ones:
+
+* ``"_act"``: ``(op_type, params)``, an activation fused into Conv / ConvTranspose / Gemm / MatMul;
+* ``"_num_outputs"``: how many outputs the node has. MaxPool computes its Indices output only when this
+  is 2 or more; Split uses it when no split sizes are given. Other kernels return every output they
+  define (e.g. Dropout's mask); a caller may ignore trailing ones.
+
+Outputs may be views of (or the very objects given as) inputs, e.g. for Identity, Reshape, Squeeze and
+Transpose: a caller must not modify an output in place unless it owns the buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import conv, elementwise, linalg, norm, pool, resize, tensor  # noqa: F401  (registers kernels)
+from ._registry import KERNELS, FallbackError
+from ._threads import get_blas_threads, set_blas_threads
+from .elementwise import apply_activation
+
+__all__ = ["KERNELS", "FallbackError", "apply_activation", "get_blas_threads", "run_node", "set_blas_threads",
+           "supported_ops"]
+
+KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
+
+_SUPPORTED = frozenset(KERNELS)
+
+
+def supported_ops() -> frozenset[str]:
+    """Op types (default ONNX domain) that have a CPU kernel."""
+    return _SUPPORTED
+
+
+def run_node(op_type: str, inputs: list[np.ndarray | None], attrs: dict[str, Any],
+             opset: int = 17) -> list[np.ndarray]:
+    """Run one ONNX node on the CPU; returns its outputs in order.
+
+    Raises FallbackError (a ValueError) for an unknown op, bad attributes or bad input shapes.
+    """
+    kernel = KERNELS.get(op_type)
+    if kernel is None:
+        raise FallbackError(f"no CPU kernel for op {op_type}")
+    attrs = attrs if attrs is not None else {}
+    try:
+        with np.errstate(all="ignore"):
+            outs = kernel(list(inputs), attrs, int(opset))
+    except FallbackError:
+        raise
+    except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as e:
+        raise FallbackError(f"{op_type}: {e}") from e
+    return [o if isinstance(o, np.ndarray) else np.asarray(o) for o in outs]

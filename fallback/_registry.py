@@ -1,0 +1,81 @@
+"""Kernel registry, the error type and small attribute helpers shared by every kernel module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Kernel = Callable[[list, dict, int], list]
+
+KERNELS: dict[str, Kernel] = {}
+
+
+class FallbackError(ValueError):
+    """A node the CPU kernels cannot run: unknown op, bad attributes or bad input shapes."""
+
+
+def register(*op_types: str) -> Callable[[Kernel], Kernel]:
+    def deco(fn: Kernel) -> Kernel:
+        for op in op_types:
+            KERNELS[op] = fn
+        return fn
+
+    return deco
+
+
+def fail(op: str, msg: str) -> FallbackError:
+    return FallbackError(f"{op}: {msg}")
+
+
+def need(op: str, inputs: Sequence[np.ndarray | None], i: int, what: str = "") -> np.ndarray:
+    """Input ``i``; raise a clear error when it is absent."""
+    if i >= len(inputs) or inputs[i] is None:
+        raise fail(op, f"missing required input {i}{' (' + what + ')' if what else ''}")
+    return np.asarray(inputs[i])
+
+
+def opt(inputs: Sequence[np.ndarray | None], i: int) -> np.ndarray | None:
+    """Optional input ``i`` (None when absent or given as the empty name)."""
+    if i >= len(inputs) or inputs[i] is None:
+        return None
+    return np.asarray(inputs[i])
+
+
+def sattr(attrs: dict[str, Any], name: str, default: str) -> str:
+    v = attrs.get(name, default)
+    if isinstance(v, bytes):
+        v = v.decode()
+    return str(v)
+
+
+def iattr(attrs: dict[str, Any], name: str, default: int) -> int:
+    v = attrs.get(name, default)
+    return int(v)
+
+
+def ints_attr(attrs: dict[str, Any], name: str) -> list[int] | None:
+    v = attrs.get(name)
+    if v is None:
+        return None
+    if isinstance(v, np.ndarray):
+        return [int(a) for a in v.reshape(-1)]
+    if isinstance(v, (int, np.integer)):
+        return [int(v)]
+    return [int(a) for a in v]
+
+
+def as_int_list(op: str, arr: np.ndarray | None, what: str) -> list[int] | None:
+    if arr is None:
+        return None
+    a = np.asarray(arr)
+    if a.dtype.kind not in "iub":
+        raise fail(op, f"{what} must be an integer tensor, got {a.dtype}")
+    return [int(v) for v in a.reshape(-1)]
+
+
+def norm_axis(op: str, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise fail(op, f"{what} {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis

@@ -1,0 +1,114 @@
+"""Shared geometry for convolution and pooling: attributes, padding, output sizes, padded copies."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._registry import fail, ints_attr, sattr
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+@dataclass
+class Geometry:
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    pad_begin: list[int]
+    pad_end: list[int]  # explicit end padding (what counts as "padding" for count_include_pad)
+    extra_end: list[int]  # further padding needed by ceil_mode windows that run past the end
+    out: list[int]
+
+    @property
+    def padded(self) -> bool:
+        return any(self.pad_begin) or any(self.pad_end) or any(self.extra_end)
+
+
+def spatial_attrs(op: str, attrs: dict[str, Any], nsp: int, kernel: list[int] | None):
+    """kernel, strides, dilations, pads (begin+end) and auto_pad, validated."""
+    ks = ints_attr(attrs, "kernel_shape")
+    if ks is None:
+        ks = kernel
+    if ks is None:
+        raise fail(op, "attribute kernel_shape is required")
+    if kernel is not None and list(ks) != list(kernel):
+        raise fail(op, f"kernel_shape {ks} does not match the weight's spatial shape {kernel}")
+    strides = ints_attr(attrs, "strides") or [1] * nsp
+    dil = ints_attr(attrs, "dilations") or [1] * nsp
+    pads = ints_attr(attrs, "pads") or [0] * (2 * nsp)
+    auto_pad = sattr(attrs, "auto_pad", "NOTSET") or "NOTSET"
+    if len(ks) != nsp:
+        raise fail(op, f"kernel_shape {ks} has {len(ks)} dims but the input has {nsp} spatial dims")
+    if len(strides) != nsp or len(dil) != nsp or len(pads) != 2 * nsp:
+        raise fail(op, f"strides {strides}, dilations {dil} or pads {pads} do not match {nsp} spatial dims")
+    if auto_pad not in AUTO_PADS:
+        raise fail(op, f"unknown auto_pad {auto_pad!r}")
+    if min(ks) < 1 or min(strides) < 1 or min(dil) < 1:
+        raise fail(op, f"kernel_shape {ks}, strides {strides} and dilations {dil} must be positive")
+    if min(pads) < 0:
+        raise fail(op, f"pads {pads} must not be negative")
+    return list(ks), list(strides), list(dil), list(pads), auto_pad
+
+
+def geometry(op: str, in_shape: tuple[int, ...], attrs: dict[str, Any], kernel: list[int] | None = None,
+             ceil_mode: bool = False) -> Geometry:
+    nsp = len(in_shape)
+    ks, strides, dil, pads, auto_pad = spatial_attrs(op, attrs, nsp, kernel)
+    pb, pe, extra, out = [], [], [], []
+    for i in range(nsp):
+        n, k, s, d = in_shape[i], ks[i], strides[i], dil[i]
+        dk = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-n // s)
+            total = max(0, (o - 1) * s + dk - n)
+            small = total // 2
+            b, e = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+        else:
+            b, e = (0, 0) if auto_pad == "VALID" else (pads[i], pads[i + nsp])
+            span = n + b + e - dk
+            if span < 0:
+                raise fail(op, f"kernel extent {dk} (kernel {k}, dilation {d}) is larger than the padded "
+                               f"input {n + b + e} on spatial axis {i}")
+            if ceil_mode:
+                o = -(-span // s) + 1
+                if (o - 1) * s >= n + b:  # the last window must start inside the input or the left pad
+                    o -= 1
+            else:
+                o = span // s + 1
+        if o < 1:
+            raise fail(op, f"output size {o} on spatial axis {i} is not positive")
+        pb.append(b)
+        pe.append(e)
+        extra.append(max(0, (o - 1) * s + dk - (n + b + e)))
+        out.append(o)
+    return Geometry(ks, strides, dil, pb, pe, extra, out)
+
+
+def pad_spatial(x: np.ndarray, begin: list[int], end: list[int], value: Any = 0) -> np.ndarray:
+    """Copy of ``x`` (N, C, *spatial) padded on the spatial axes with a constant."""
+    if not any(begin) and not any(end):
+        return x
+    shape = x.shape[:2] + tuple(n + b + e for n, b, e in zip(x.shape[2:], begin, end))
+    if value == 0:
+        out = np.zeros(shape, dtype=x.dtype)
+    else:
+        out = np.full(shape, value, dtype=x.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(b, b + n) for b, n in zip(begin, x.shape[2:]))] = x
+    return out
+
+
+def tap_slices(tap: tuple[int, ...], out: list[int], strides: list[int], dil: list[int]) -> tuple:
+    """Index selecting, for kernel offset ``tap``, the input element of every output position."""
+    return (slice(None), slice(None)) + tuple(
+        slice(t * d, t * d + (o - 1) * s + 1, s) for t, o, s, d in zip(tap, out, strides, dil))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = ["Geometry", "geometry", "pad_spatial", "tap_slices", "spatial_attrs", "ceil_div", "math"]

@@ -1,0 +1,154 @@
+"""BatchNormalization, Softmax / LogSoftmax and the Reduce* family."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._registry import as_int_list, fail, iattr, ints_attr, need, norm_axis, opt, register
+
+
+@register("BatchNormalization")
+def k_batchnorm(inputs, attrs, opset):
+    op = "BatchNormalization"
+    x = need(op, inputs, 0, "X")
+    scale, bias, mean, var = (need(op, inputs, i, n) for i, n in
+                              ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")))
+    if x.ndim < 2:
+        raise fail(op, f"input must have rank >= 2, got shape {x.shape}")
+    c = x.shape[1]
+    eps = float(attrs.get("epsilon", 1e-5))
+    for name, v in (("scale", scale), ("B", bias), ("mean", mean), ("var", var)):
+        if v.size != c and v.shape != x.shape[1:]:
+            raise fail(op, f"{name} has shape {v.shape}, expected ({c},)")
+    pshape = (1, c) + (1,) * (x.ndim - 2) if scale.size == c else (1,) + x.shape[1:]
+    training = opset >= 14 and iattr(attrs, "training_mode", 0) == 1
+    dt = x.dtype
+    if training:
+        axes = (0,) + tuple(range(2, x.ndim))
+        momentum = float(attrs.get("momentum", 0.9))
+        bmean = x.mean(axis=axes, dtype=np.float64)
+        bvar = x.var(axis=axes, dtype=np.float64)
+        a = scale.astype(np.float64).reshape(-1) / np.sqrt(bvar + eps)
+        b = bias.astype(np.float64).reshape(-1) - bmean * a
+        y = x * a.astype(dt).reshape(pshape)
+        y += b.astype(dt).reshape(pshape)
+        run_mean = (mean * momentum + bmean * (1 - momentum)).astype(dt)
+        run_var = (var * momentum + bvar * (1 - momentum)).astype(dt)
+        return [y, run_mean, run_var]
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    b = bias.astype(np.float64) - mean.astype(np.float64) * a
+    y = x * a.astype(dt).reshape(pshape)
+    y += b.astype(dt).reshape(pshape)
+    return [y]
+
+
+def _softmax(op: str, inputs, attrs, opset: int, log: bool):
+    x = need(op, inputs, 0)
+    if opset < 13:
+        axis = iattr(attrs, "axis", 1)
+        if not -x.ndim <= axis <= x.ndim:
+            raise fail(op, f"axis {axis} out of range for rank {x.ndim}")
+        if axis < 0:
+            axis += x.ndim
+        shape = x.shape
+        x2 = x.reshape(int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        return [_softmax_axis(x2, 1, log).reshape(shape)]
+    axis = norm_axis(op, iattr(attrs, "axis", -1), max(x.ndim, 1))
+    return [_softmax_axis(x, axis, log)]
+
+
+def _softmax_axis(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    if x.size == 0:
+        return x.copy()
+    y = x - x.max(axis=axis, keepdims=True)
+    if log:
+        y -= np.log(np.exp(y).sum(axis=axis, keepdims=True))
+        return y
+    np.exp(y, out=y)
+    y /= y.sum(axis=axis, keepdims=True)
+    return y
+
+
+@register("Softmax")
+def k_softmax(inputs, attrs, opset):
+    return _softmax("Softmax", inputs, attrs, opset, False)
+
+
+@register("LogSoftmax")
+def k_log_softmax(inputs, attrs, opset):
+    return _softmax("LogSoftmax", inputs, attrs, opset, True)
+
+
+# opset from which `axes` is an input rather than an attribute
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def _reduce(op: str, fn):
+    def kernel(inputs, attrs, opset):
+        x = need(op, inputs, 0)
+        if opset < _AXES_INPUT_SINCE.get(op, 18):
+            axes = ints_attr(attrs, "axes")
+        else:
+            axes = as_int_list(op, opt(inputs, 1), "axes")
+        keepdims = bool(iattr(attrs, "keepdims", 1))
+        if not axes:
+            if iattr(attrs, "noop_with_empty_axes", 0):
+                return [x]
+            axes_t = tuple(range(x.ndim))
+        else:
+            axes_t = tuple(sorted({norm_axis(op, a, x.ndim) for a in axes}))
+        y = np.asarray(fn(x, axes_t, keepdims))
+        if y.dtype != x.dtype:
+            y = y.astype(x.dtype)
+        return [y]
+
+    kernel.__name__ = f"k_{op.lower()}"
+    register(op)(kernel)
+
+
+def _empty_ok(x: np.ndarray, axes: tuple[int, ...]) -> bool:
+    return all(x.shape[a] for a in axes)
+
+
+def _rmax(x, axes, keep):
+    if _empty_ok(x, axes):
+        return np.max(x, axis=axes, keepdims=keep)
+    init = -np.inf if x.dtype.kind == "f" else False if x.dtype.kind == "b" else np.iinfo(x.dtype).min
+    return np.max(x, axis=axes, keepdims=keep, initial=init)
+
+
+def _rmin(x, axes, keep):
+    if _empty_ok(x, axes):
+        return np.min(x, axis=axes, keepdims=keep)
+    init = np.inf if x.dtype.kind == "f" else True if x.dtype.kind == "b" else np.iinfo(x.dtype).max
+    return np.min(x, axis=axes, keepdims=keep, initial=init)
+
+
+def _rmean(x, axes, keep):
+    if x.dtype.kind == "f":
+        return np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.mean(x, axis=axes, keepdims=keep)
+
+
+def _rlogsumexp(x, axes, keep):
+    if x.size == 0:
+        return np.log(np.sum(np.exp(x), axis=axes, keepdims=keep))
+    m = np.max(x, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    s = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return s if keep else np.squeeze(s, axis=axes)
+
+
+for _op, _fn in {
+    "ReduceMean": _rmean,
+    "ReduceSum": lambda x, a, k: np.sum(x, axis=a, keepdims=k),
+    "ReduceMax": _rmax,
+    "ReduceMin": _rmin,
+    "ReduceProd": lambda x, a, k: np.prod(x, axis=a, keepdims=k),
+    "ReduceL1": lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k),
+    "ReduceL2": lambda x, a, k: np.sqrt(np.sum(np.square(x), axis=a, keepdims=k)),
+    "ReduceSumSquare": lambda x, a, k: np.sum(np.square(x), axis=a, keepdims=k),
+    "ReduceLogSum": lambda x, a, k: np.log(np.sum(x, axis=a, keepdims=k)),
+    "ReduceLogSumExp": _rlogsumexp,
+}.items():
+    _reduce(_op, _fn)

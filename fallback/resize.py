@@ -1,0 +1,250 @@
+"""Resize and Upsample: separable per-axis interpolation (nearest, linear, cubic, antialias) following
+the ONNX reference's coordinate rules; each axis is a gather of a few taps and a weighted sum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._registry import FallbackError, as_int_list, fail, iattr, need, norm_axis, opt, register, sattr
+
+_CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+         "tf_crop_and_resize", "tf_half_pixel_for_nn")
+
+
+def _source_coords(ctm: str, in_len: int, out_len: int, scale: float,
+                   roi: tuple[float, float] | None) -> np.ndarray:
+    x = np.arange(out_len, dtype=np.float64)
+    out_w = scale * in_len
+    if ctm == "align_corners":
+        return np.zeros_like(x) if out_w == 1 else x * (in_len - 1) / (out_w - 1)
+    if ctm == "asymmetric":
+        return x / scale
+    if ctm == "tf_crop_and_resize":
+        r0, r1 = roi if roi is not None else (0.0, 1.0)
+        if out_w == 1:
+            return np.full_like(x, (r1 - r0) * (in_len - 1) / 2 + r0 * (in_len - 1))
+        return x * (r1 - r0) * (in_len - 1) / (out_w - 1) + r0 * (in_len - 1)
+    if ctm == "pytorch_half_pixel":
+        return np.full_like(x, -0.5) if out_w == 1 else (x + 0.5) / scale - 0.5
+    if ctm == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        adjustment = out_len / out_w
+        offset = in_len / 2 * (1 - adjustment)
+        return offset + (x + 0.5) / scale - 0.5
+    if ctm == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+    raise FallbackError(f"Resize: unknown coordinate_transformation_mode {ctm!r}")
+
+
+def _cubic(t: np.ndarray, a: float) -> np.ndarray:
+    t = np.abs(t)
+    t2, t3 = t * t, t * t * t
+    near = (a + 2) * t3 - (a + 3) * t2 + 1
+    far = a * t3 - 5 * a * t2 + 8 * a * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _axis_taps(mode: str, nearest_mode: str, xo: np.ndarray, in_len: int, scale: float, cubic_a: float,
+               exclude_outside: bool, antialias: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(out_len, T) source indices (clamped to the axis) and weights (None for nearest)."""
+    fl = np.floor(xo)
+    frac = xo - fl
+    if mode == "nearest":
+        if nearest_mode == "round_prefer_floor":
+            pick = np.where(frac > 0.5, fl + 1, fl)
+        elif nearest_mode == "round_prefer_ceil":
+            pick = np.where(frac >= 0.5, fl + 1, fl)
+        elif nearest_mode == "floor":
+            pick = fl
+        elif nearest_mode == "ceil":
+            pick = np.where(frac > 0, fl + 1, fl)
+        elif nearest_mode == "simple":  # onnxruntime's rule before opset 11
+            pick = np.ceil(xo) if scale < 1 else np.trunc(xo)
+        else:
+            raise FallbackError(f"Resize: unknown nearest_mode {nearest_mode!r}")
+        idx = np.clip(pick, 0, in_len - 1).astype(np.intp)
+        return idx[:, None], None
+    s = min(scale, 1.0) if antialias else 1.0
+    if mode == "linear":
+        start = int(math.floor(-1 / s) + 1) if antialias else 0
+        offs = np.arange(start, 2 - start)
+        w = np.clip(1 - np.abs((offs[None, :] - frac[:, None]) * s), 0, 1)
+    elif mode == "cubic":
+        start = int(math.floor(-2 / s) + 1) if antialias else -1
+        offs = np.arange(start, 2 - start)
+        w = _cubic((offs[None, :] - frac[:, None]) * s, cubic_a)
+    else:
+        raise FallbackError(f"Resize: unknown mode {mode!r}")
+    idx = fl[:, None].astype(np.intp) + offs[None, :]
+    if exclude_outside:
+        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
+    if antialias or exclude_outside:
+        w = w / w.sum(axis=1, keepdims=True)
+    return np.clip(idx, 0, in_len - 1), w
+
+
+def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None, dt: np.dtype) -> np.ndarray:
+    if w is None:
+        return np.take(x, idx[:, 0], axis=axis)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    y = None
+    for t in range(idx.shape[1]):
+        wt = w[:, t]
+        if not wt.any():
+            continue
+        term = np.take(x, idx[:, t], axis=axis)
+        term *= wt.astype(dt).reshape(shape)
+        if y is None:
+            y = term
+        else:
+            y += term
+    if y is None:
+        shape_out = list(x.shape)
+        shape_out[axis] = idx.shape[0]
+        y = np.zeros(shape_out, dtype=dt)
+    return y
+
+
+def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] | None,
+           axes: list[int] | None, roi: list[float] | None, mode: str, ctm: str, nearest_mode: str,
+           cubic_a: float = -0.75, exclude_outside: bool = False, extrapolation: float = 0.0,
+           keep_policy: str = "stretch", antialias: bool = False) -> np.ndarray:
+    r = x.ndim
+    if ctm not in _CTMS:
+        raise fail(op, f"unknown coordinate_transformation_mode {ctm!r}")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise fail(op, f"unknown mode {mode!r}")
+    if antialias and mode == "nearest":
+        raise fail(op, "antialias is not defined for mode 'nearest'")
+    if axes is None:
+        axes = list(range(r))
+    else:
+        axes = [norm_axis(op, a, r, "axes") for a in axes]
+    n_ax = len(axes)
+    full_roi: list[tuple[float, float]] | None = None
+    if roi is not None and len(roi):
+        if len(roi) != 2 * n_ax:
+            raise fail(op, f"roi has {len(roi)} values, expected {2 * n_ax}")
+        full_roi = [(0.0, 1.0)] * r
+        for i, a in enumerate(axes):
+            full_roi[a] = (float(roi[i]), float(roi[n_ax + i]))
+    if sizes is not None:
+        if len(sizes) != n_ax:
+            raise fail(op, f"sizes {sizes} must have {n_ax} values")
+        out = list(x.shape)
+        for i, a in enumerate(axes):
+            out[a] = int(sizes[i])
+        sc = [out[i] / x.shape[i] if x.shape[i] else 1.0 for i in range(r)]
+        if keep_policy != "stretch":
+            vals = [sc[a] for a in axes]
+            if keep_policy == "not_larger":
+                s = min(vals)
+            elif keep_policy == "not_smaller":
+                s = max(vals)
+            else:
+                raise fail(op, f"unknown keep_aspect_ratio_policy {keep_policy!r}")
+            sc = [s if i in axes else 1.0 for i in range(r)]
+            out = [int(s * x.shape[i] + 0.5) if i in axes else x.shape[i] for i in range(r)]
+    elif scales is not None:
+        if len(scales) != n_ax:
+            raise fail(op, f"scales {scales} must have {n_ax} values")
+        sc = [1.0] * r
+        for i, a in enumerate(axes):
+            sc[a] = float(scales[i])
+        if any(s <= 0 for s in sc):
+            raise fail(op, f"scales {scales} must be positive")
+        out = [int(math.floor(sc[i] * x.shape[i])) for i in range(r)]
+    else:
+        raise fail(op, "one of scales or sizes is required")
+    if any(o < 0 for o in out):
+        raise fail(op, f"invalid output shape {out}")
+
+    dt = x.dtype
+    work = x if dt.kind == "f" else x.astype(np.float64)
+    for a in axes:
+        roi_a = full_roi[a] if full_roi is not None else None
+        if (math.isclose(sc[a], 1.0) and out[a] == work.shape[a]
+                and (roi_a is None or (math.isclose(roi_a[0], 0.0) and math.isclose(roi_a[1], 1.0)))):
+            continue
+        if work.shape[a] == 0 or out[a] == 0:
+            shape = list(work.shape)
+            shape[a] = out[a]
+            work = np.zeros(shape, dtype=work.dtype)
+            continue
+        in_len = work.shape[a]
+        xo = _source_coords(ctm, in_len, out[a], sc[a], roi_a)
+        idx, w = _axis_taps(mode, nearest_mode, xo, work.shape[a], sc[a], cubic_a, exclude_outside, antialias)
+        work = _interp_axis(work, a, idx, w, work.dtype)
+        if ctm == "tf_crop_and_resize":
+            bad = (xo < 0) | (xo > in_len - 1)
+            if bad.any():
+                sl = [slice(None)] * r
+                sl[a] = bad
+                work[tuple(sl)] = extrapolation
+    if work is x:
+        return x.copy()
+    if dt.kind != "f":
+        info = np.iinfo(dt) if dt.kind in "iu" else None
+        work = np.rint(work)
+        if info is not None:
+            work = np.clip(work, info.min, info.max)
+        return work.astype(dt)
+    return work
+
+
+def _scales_sizes(op: str, inputs, si: int, zi: int):
+    scales = opt(inputs, si)
+    sizes = opt(inputs, zi) if zi is not None else None
+    scales_l = [float(v) for v in scales.reshape(-1)] if scales is not None and scales.size else None
+    sizes_l = as_int_list(op, sizes, "sizes") if sizes is not None and sizes.size else None
+    if scales_l is not None and sizes_l is not None:
+        raise fail(op, "only one of scales and sizes may be given")
+    return scales_l, sizes_l
+
+
+@register("Resize")
+def k_resize(inputs, attrs, opset):
+    op = "Resize"
+    x = need(op, inputs, 0)
+    mode = sattr(attrs, "mode", "nearest")
+    if opset < 11:
+        scales, sizes = _scales_sizes(op, inputs, 1, None)
+        return [resize(op, x, scales, sizes, None, None, mode, "asymmetric", "simple")]
+    scales, sizes = _scales_sizes(op, inputs, 2, 3)
+    roi = opt(inputs, 1)
+    roi_l = [float(v) for v in roi.reshape(-1)] if roi is not None and roi.size else None
+    ctm = sattr(attrs, "coordinate_transformation_mode", "half_pixel")
+    if ctm != "tf_crop_and_resize":
+        roi_l = None
+    return [resize(op, x, scales, sizes, attrs.get("axes"), roi_l, mode, ctm,
+                   sattr(attrs, "nearest_mode", "round_prefer_floor"),
+                   float(attrs.get("cubic_coeff_a", -0.75)), bool(iattr(attrs, "exclude_outside", 0)),
+                   float(attrs.get("extrapolation_value", 0.0)),
+                   sattr(attrs, "keep_aspect_ratio_policy", "stretch"), bool(iattr(attrs, "antialias", 0)))]
+
+
+@register("Upsample")
+def k_upsample(inputs, attrs, opset):
+    op = "Upsample"
+    x = need(op, inputs, 0)
+    mode = sattr(attrs, "mode", "nearest")
+    if mode == "bilinear":
+        mode = "linear"
+    if opset < 9:
+        scales = attrs.get("scales")
+        if scales is None:
+            if "height_scale" in attrs:  # opset 1
+                scales = [1.0, 1.0, float(attrs["height_scale"]), float(attrs["width_scale"])]
+            else:
+                raise fail(op, "attribute scales is required")
+        scales = [float(v) for v in scales]
+    else:
+        s = need(op, inputs, 1, "scales")
+        scales = [float(v) for v in s.reshape(-1)]
+    if any(s < 1 for s in scales):
+        raise fail(op, f"scales {scales} must be >= 1")
+    return [resize(op, x, scales, None, None, None, mode, "asymmetric", "simple")]

@@ -1,0 +1,100 @@
+"""The one layer through which GL paths talk to the driver. Every compile, allocation, draw or
+dispatch and readback goes through here, so fault injection (``GPUBACKEND_FAULT``) hits all GL
+paths alike and programs are compiled once per distinct source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from capability_probe import contexts, faults
+from capability_probe.errors import ShaderCompileError, ShaderLinkError
+
+_ACT_CODES = {"Relu": 1, "Clip": 2, "LeakyRelu": 3, "HardSigmoid": 4, "HardSwish": 5, "Sigmoid": 6, "Tanh": 7}
+
+
+def _glsl_float(v: float) -> str:
+    if v == float("inf"):
+        return "3.4e38"
+    if v == float("-inf"):
+        return "-3.4e38"
+    return repr(float(v))
+
+
+def activation_defines(act: tuple[str, dict[str, float]] | None) -> dict[str, object]:
+    """The ``#define``s that select ``activate()`` in ``shaders/common/activation.glsl``."""
+    if act is None:
+        return {"ACT": 0}
+    op, p = act
+    params = {"Clip": (p.get("min", float("-inf")), p.get("max", float("inf"))),
+              "LeakyRelu": (p.get("alpha", 0.01), 0.0),
+              "HardSigmoid": (p.get("alpha", 0.2), p.get("beta", 0.5))}.get(op, (0.0, 0.0))
+    return {"ACT": _ACT_CODES[op], "ACT_P0": _glsl_float(params[0]), "ACT_P1": _glsl_float(params[1])}
+
+
+def _numbered(src: str, around: int | None = None) -> str:
+    lines = src.splitlines()
+    lo, hi = (0, len(lines)) if around is None else (max(0, around - 4), min(len(lines), around + 3))
+    return "\n".join(f"{i + 1:4d}| {lines[i]}" for i in range(lo, hi))
+
+
+class GLDevice:
+    """The GL context as seen by one path (``key`` names the path for fault injection)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.ctx = contexts.gl_context()
+        self._programs: dict[tuple, Any] = {}
+
+    def compute(self, src: str) -> Any:
+        """A compiled compute shader for ``src`` (cached)."""
+        key = ("compute", src)
+        if key not in self._programs:
+            faults.on_compile(self.key, "compute")
+            self._programs[key] = self._checked("compute", src, lambda: self.ctx.compute_shader(src))
+        return self._programs[key]
+
+    def program(self, vertex: str, fragment: str) -> Any:
+        """A linked vertex+fragment program (cached)."""
+        key = ("program", vertex, fragment)
+        if key not in self._programs:
+            faults.on_compile(self.key, "fragment")
+            faults.on_compile(self.key, "link")
+            build = lambda: self.ctx.program(vertex_shader=vertex, fragment_shader=fragment)  # noqa: E731
+            self._programs[key] = self._checked("fragment", fragment, build)
+        return self._programs[key]
+
+    def _checked(self, stage: str, src: str, build: Any) -> Any:
+        try:
+            return build()
+        except Exception as exc:  # moderngl.Error carries the driver's log
+            log = str(exc)
+            line = None
+            for token in log.replace("(", ":").split(":"):
+                if token.strip().isdigit():
+                    line = int(token.strip())
+                    break
+            kind = ShaderLinkError if "link" in log.lower() and "compile" not in log.lower() else ShaderCompileError
+            raise kind(f"{self.key}: {stage} shader failed to build:\n{log}\n"
+                       f"source{f' near line {line}' if line else ''}:\n{_numbered(src, line)}") from exc
+
+    def buffer(self, data: bytes | np.ndarray | None = None, reserve: int = 0) -> Any:
+        nbytes = reserve if data is None else (data.nbytes if isinstance(data, np.ndarray) else len(data))
+        faults.on_alloc(self.key, nbytes)
+        if data is None:
+            return self.ctx.buffer(reserve=max(int(reserve), 4))
+        return self.ctx.buffer(np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else data)
+
+    def texture(self, size: tuple[int, int], components: int, data: bytes | None = None, dtype: str = "f1") -> Any:
+        itemsize = {"f1": 1, "f2": 2, "f4": 4, "u1": 1, "u2": 2, "u4": 4, "i1": 1, "i2": 2, "i4": 4}[dtype]
+        faults.on_alloc(self.key, size[0] * size[1] * components * itemsize)
+        return self.ctx.texture(size, components, data, dtype=dtype)
+
+    def dispatched(self) -> None:
+        """Call before each draw or dispatch."""
+        faults.on_dispatch(self.key)
+
+    def readback(self, array: np.ndarray) -> np.ndarray:
+        """Pass every array read back from the GPU through here."""
+        return faults.on_readback(self.key, array)

@@ -1,0 +1,283 @@
+"""Loading an ONNX model into a :class:`Graph`: check it, decode attributes, infer shapes, fold
+constant subgraphs, fold BatchNormalization into Conv, fuse activations, drop dead nodes."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import fallback
+
+from .errors import ModelError
+from .graph import Graph, Node
+
+ModelLike = str | bytes | os.PathLike | onnx.ModelProto
+
+# Ops never folded even when every input is constant (random or stateful).
+_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+# Activations that Conv / ConvTranspose / Gemm / MatMul kernels apply in the same pass.
+FUSABLE_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
+_FUSING_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+
+
+def load_model(model: ModelLike) -> onnx.ModelProto:
+    """Read a model from a path, bytes or ModelProto and check it; ModelError if that fails."""
+    try:
+        if isinstance(model, onnx.ModelProto):
+            proto = model
+        elif isinstance(model, (bytes, bytearray, memoryview)):
+            proto = onnx.load_model_from_string(bytes(model))
+        elif isinstance(model, (str, os.PathLike)):
+            if not os.path.isfile(model):
+                raise ModelError(f"model file not found: {os.fspath(model)}")
+            proto = onnx.load(os.fspath(model))
+        else:
+            raise ModelError(f"a model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
+    except ModelError:
+        raise
+    except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning-free garbage etc.
+        raise ModelError(f"cannot parse the model as ONNX: {exc}") from exc
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelError("the model has an empty graph (is this an ONNX file?)")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as exc:
+        raise ModelError(f"the model does not pass onnx.checker: {exc}") from exc
+    return proto
+
+
+def default_opset(proto: onnx.ModelProto) -> int:
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 1
+
+
+def decode_attribute(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8") for v in value]
+    if isinstance(value, list) and value and isinstance(value[0], onnx.TensorProto):
+        return [numpy_helper.to_array(v) for v in value]
+    return value
+
+
+def _static_shape(type_proto: onnx.TypeProto) -> tuple[int | None, ...] | None:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim)
+
+
+def _np_dtype(type_proto: onnx.TypeProto) -> np.dtype | None:
+    if not type_proto.HasField("tensor_type"):
+        return None
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(type_proto.tensor_type.elem_type))
+    except Exception:
+        return None
+
+
+def to_graph(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+    """Build and optimise the graph. ``input_shapes`` pins symbolic input dimensions."""
+    g = proto.graph
+    opset = default_opset(proto)
+    try:
+        constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    except Exception as exc:
+        raise ModelError(f"cannot read the model's initializers: {exc}") from exc
+    inputs = [i.name for i in g.input if i.name not in constants]
+    declared = {i.name: _static_shape(i.type) for i in g.input if i.name not in constants}
+    dtypes: dict[str, np.dtype] = {}
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        dt = _np_dtype(vi.type)
+        if dt is not None:
+            dtypes[vi.name] = dt
+    nodes = []
+    for i, n in enumerate(g.node):
+        try:
+            attrs = {a.name: decode_attribute(a) for a in n.attribute}
+        except Exception as exc:
+            raise ModelError(f"node {n.name or i} ({n.op_type}): unreadable attribute: {exc}") from exc
+        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs, n.domain))
+    graph = Graph(nodes, inputs, [o.name for o in g.output], constants, dtypes=dtypes, opset=opset,
+                  input_shapes={k: v for k, v in declared.items() if v is not None})
+    pinned = dict(graph.input_shapes)
+    for name, shape in (input_shapes or {}).items():
+        pinned[name] = tuple(shape)
+    graph.input_shapes = pinned
+    infer_shapes(proto, graph)
+    optimize(graph)
+    return graph
+
+
+def infer_shapes(proto: onnx.ModelProto, graph: Graph) -> None:
+    """Static shapes from ONNX shape inference, with the graph's pinned input shapes."""
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    for inp in model.graph.input:
+        shape = graph.input_shapes.get(inp.name)
+        if shape is None or any(d is None for d in shape) or not inp.type.HasField("tensor_type"):
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        del dims[:]
+        for d in shape:
+            dims.add().dim_value = int(d)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return  # shapes stay unknown; paths that need them decline
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        shape = _static_shape(vi.type)
+        if shape is not None and all(d is not None for d in shape):
+            graph.shapes[vi.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
+        dt = _np_dtype(vi.type)
+        if dt is not None:
+            graph.dtypes.setdefault(vi.name, dt)
+
+
+def optimize(graph: Graph) -> None:
+    fold_constants(graph)
+    fold_batchnorm(graph)
+    remove_identities(graph)
+    fuse_activations(graph)
+    remove_dead_nodes(graph)
+
+
+def fold_constants(graph: Graph) -> None:
+    """Evaluate on the CPU, once, every node whose inputs are all known at load time."""
+    kept = []
+    for node in graph.nodes:
+        value = None
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            value = fallback.run_node("Constant", [], node.attrs, graph.opset)
+        elif node.op_type in ("Shape", "Size") and node.inputs and graph.shape(node.inputs[0]) is not None:
+            x = np.empty(graph.shape(node.inputs[0]) or (), dtype=np.uint8)
+            value = fallback.run_node(node.op_type, [x], node.attrs, graph.opset)
+        elif (node.domain in ("", "ai.onnx") and node.op_type not in _NOT_FOLDABLE
+              and node.op_type in fallback.supported_ops()
+              and all(i == "" or i in graph.constants for i in node.inputs) and node.outputs):
+            try:
+                value = fallback.run_node(node.op_type, [graph.constants.get(i) if i else None for i in node.inputs],
+                                          node.attrs, graph.opset)
+            except Exception:
+                value = None  # leave it to run time, where the error reaches the user with context
+        if value is None:
+            kept.append(node)
+            continue
+        for name, arr in zip(node.outputs, value):
+            if name:
+                graph.constants[name] = np.asarray(arr)
+    graph.nodes = kept
+
+
+def _single_consumer(graph: Graph, name: str, consumers: dict[str, list[Node]]) -> Node | None:
+    users = consumers.get(name, [])
+    if len(users) != 1 or name in graph.outputs:
+        return None
+    return users[0]
+
+
+def fold_batchnorm(graph: Graph) -> None:
+    """Conv followed by inference BatchNormalization becomes one Conv with adjusted weights."""
+    consumers = graph.consumers()
+    removed: set[str] = set()
+    for conv in graph.nodes:
+        if conv.op_type != "Conv" or len(conv.inputs) < 2 or conv.inputs[1] not in graph.constants:
+            continue
+        if len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in graph.constants:
+            continue
+        bn = _single_consumer(graph, conv.outputs[0], consumers)
+        if bn is None or bn.op_type != "BatchNormalization" or len(bn.outputs) > 1 and any(bn.outputs[1:]):
+            continue
+        if bn.inputs[0] != conv.outputs[0] or not all(i in graph.constants for i in bn.inputs[1:5]):
+            continue
+        scale, beta, mean, var = (graph.constants[i].astype(np.float64) for i in bn.inputs[1:5])
+        s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        w = graph.constants[conv.inputs[1]]
+        b = graph.constants[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0])
+        w_name, b_name = conv.name + "/bn_folded_W", conv.name + "/bn_folded_B"
+        graph.constants[w_name] = (w * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        graph.constants[b_name] = ((b - mean) * s + beta).astype(w.dtype)
+        conv.inputs = [conv.inputs[0], w_name, b_name]
+        conv.outputs = [bn.outputs[0]]
+        graph.fused.setdefault(conv.name, []).append(bn.name)
+        removed.add(bn.name)
+    graph.nodes = [n for n in graph.nodes if n.name not in removed]
+
+
+def remove_identities(graph: Graph) -> None:
+    """Identity and inference Dropout are rewired away unless they produce a graph output."""
+    rename: dict[str, str] = {}
+    kept = []
+    for node in graph.nodes:
+        node.inputs = [rename.get(i, i) for i in node.inputs]
+        single = node.op_type == "Identity" or (node.op_type == "Dropout" and not any(node.outputs[1:]))
+        if single and node.outputs[0] not in graph.outputs and node.inputs[0] not in graph.constants:
+            rename[node.outputs[0]] = node.inputs[0]
+            continue
+        kept.append(node)
+    graph.nodes = kept
+
+
+def activation_of(node: Node, graph: Graph) -> tuple[str, dict[str, float]] | None:
+    """The ``_act`` form of an activation node, or None if it cannot be fused."""
+    op, a = node.op_type, node.attrs
+    if op == "Clip":
+        lo, hi = a.get("min"), a.get("max")
+        if graph.opset >= 11 or lo is None and hi is None:
+            lo = hi = None
+            for idx, name in ((1, "min"), (2, "max")):
+                if len(node.inputs) > idx and node.inputs[idx]:
+                    if node.inputs[idx] not in graph.constants:
+                        return None
+                    v = float(graph.constants[node.inputs[idx]])
+                    lo, hi = (v, hi) if name == "min" else (lo, v)
+        return ("Clip", {"min": -np.inf if lo is None else float(lo), "max": np.inf if hi is None else float(hi)})
+    if op == "LeakyRelu":
+        return ("LeakyRelu", {"alpha": float(a.get("alpha", 0.01))})
+    if op == "HardSigmoid":
+        return ("HardSigmoid", {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))})
+    if op in ("Relu", "HardSwish", "Sigmoid", "Tanh"):
+        return (op, {})
+    return None
+
+
+def fuse_activations(graph: Graph) -> None:
+    consumers = graph.consumers()
+    removed: set[str] = set()
+    for node in graph.nodes:
+        if node.op_type not in _FUSING_PRODUCERS or "_act" in node.attrs or node.name in removed:
+            continue
+        act = _single_consumer(graph, node.outputs[0], consumers)
+        if act is None or act.op_type not in FUSABLE_ACTIVATIONS or act.inputs[0] != node.outputs[0]:
+            continue
+        if graph.dtypes.get(node.outputs[0], np.dtype(np.float32)) != np.float32:
+            continue
+        spec = activation_of(act, graph)
+        if spec is None:
+            continue
+        node.attrs = dict(node.attrs, _act=spec)
+        if node.outputs[0] in graph.shapes and act.outputs[0] not in graph.shapes:
+            graph.shapes[act.outputs[0]] = graph.shapes[node.outputs[0]]
+        node.outputs = [act.outputs[0]]
+        graph.fused.setdefault(node.name, []).append(act.name)
+        removed.add(act.name)
+    graph.nodes = [n for n in graph.nodes if n.name not in removed]
+
+
+def remove_dead_nodes(graph: Graph) -> None:
+    needed = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(o in needed for o in node.outputs if o):
+            kept.append(node)
+            needed.update(i for i in node.inputs if i)
+    graph.nodes = kept[::-1]

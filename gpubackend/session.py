@@ -1,0 +1,312 @@
+"""The inference session: load and optimise a model, choose a path (probe-verified), place
+every node, compile segments, run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceError, GpuBackendError, InputError, OptionError, PathUnavailableError
+from .graph import Graph, Node
+from .model import ModelLike, load_model, to_graph
+from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path
+from .paths.base import Path, RunStats, Segment
+from .planner import Plan, place, segment_io
+
+log = logging.getLogger("gpubackend")
+
+PRECISIONS = ("fp32", "fp16")
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from capability_probe.errors import DriverError
+    except ImportError:  # pragma: no cover - the probe package ships with gpubackend
+        return ()
+    return (DriverError,)
+
+
+@dataclass
+class _Variant:
+    """A graph planned and compiled for one set of input shapes."""
+
+    graph: Graph
+    plan: Plan
+    segments: list[Segment]
+    last_use: dict[str, int]  # tensor -> index of the last segment reading it
+
+
+class Session:
+    """Runs an ONNX model. ``path``: "auto" (the probe's choice; ``GPUBACKEND_PATH`` overrides it),
+    or one of "cpu", "gles2", "gles3", "gles31", "vulkan". ``precision``: "fp32" or "fp16"
+    (GPU storage precision; the CPU path always computes in fp32). ``fallback``: nodes the path
+    cannot run (or that fail at run time) go to the CPU path; with False they raise instead.
+
+    GPU contexts belong to the thread that created them: run a session in the thread that
+    created it (a run from another thread raises GpuBackendError)."""
+
+    def __init__(self, model: ModelLike, path: str = "auto", precision: str = "fp32", fallback: bool = True):
+        t0 = time.perf_counter()
+        if precision not in PRECISIONS:
+            raise OptionError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+        if path != "auto" and path not in PATH_KEYS:
+            raise OptionError(f"path must be 'auto' or one of {', '.join(PATH_KEYS)}, not {path!r}")
+        self.requested_path = path
+        self.precision = precision
+        self.fallback = bool(fallback)
+        self._owner = threading.get_ident()
+        self._proto = load_model(model)
+        self._base_graph = to_graph(self._proto)
+        self._notes: list[str] = []
+        self._report: Any = None
+        self.path = self._choose_path(path)
+        self._paths: dict[str, Path] = {}
+        self._broken: set[str] = set()
+        self._variants: dict[tuple, _Variant] = {}
+        self.stats = RunStats()
+        g = self._base_graph
+        self.input_names = list(g.inputs)
+        self.output_names = list(g.outputs)
+        self._current: _Variant | None = None
+        static = {n: g.input_shapes.get(n) for n in g.inputs}
+        if all(s is not None and None not in s for s in static.values()):
+            self._current = self._variant(tuple(tuple(s) for s in static.values()), static)  # type: ignore[arg-type]
+        self.creation_seconds = time.perf_counter() - t0
+
+    # ---- path choice -------------------------------------------------------------------
+    def _probe(self) -> Any:
+        if self._report is None:
+            from capability_probe import probe
+
+            self._report = probe()
+        return self._report
+
+    def _usable(self, key: str) -> tuple[bool, str]:
+        if key == "cpu":
+            return True, ""
+        try:
+            report = self._probe()
+        except Exception as exc:  # a broken probe must not take the session down
+            return False, f"the capability probe failed: {exc}"
+        verdict = report.paths.get(key)
+        if verdict is None:
+            return False, "not reported by the probe"
+        return bool(report.usable(key)), verdict.reason
+
+    def _choose_path(self, path: str) -> str:
+        if path == "auto" and os.environ.get("GPUBACKEND_PATH"):
+            forced = os.environ["GPUBACKEND_PATH"].strip()
+            if forced != "auto" and forced not in PATH_KEYS:
+                raise OptionError(f"GPUBACKEND_PATH={forced!r} is not one of {', '.join(PATH_KEYS)}")
+            self._notes.append(f"GPUBACKEND_PATH={forced} forced the path")
+            path = forced
+        if path == "auto":
+            try:
+                chosen = self._probe().preferred_path
+                self._notes.append(f"auto: the probe prefers {chosen}"
+                                   + (" (software GPU drivers are not preferred over the CPU)"
+                                      if chosen == "cpu" else ""))
+            except Exception as exc:
+                chosen = "cpu"
+                self._notes.append(f"auto: the capability probe failed ({exc}); using cpu")
+            return chosen
+        if path == "cpu":
+            return "cpu"
+        from .paths import path_module
+
+        path_module(path)  # raises PathUnavailableError if this path is not built
+        ok, why = self._usable(path)
+        if ok:
+            self._notes.append(f"{path} requested and verified by the probe")
+            return path
+        msg = f"the {path} path is not usable on this device: {why}"
+        if not self.fallback:
+            raise PathUnavailableError(msg)
+        log.warning("%s; running on cpu", msg)
+        self._notes.append(msg + "; running on cpu")
+        return "cpu"
+
+    def _path(self, key: str) -> Path:
+        if key not in self._paths:
+            disabled: frozenset[str] = frozenset()
+            if key != "cpu" and self._report is not None and key in self._report.paths:
+                disabled = frozenset(self._report.paths[key].disabled_kernels)
+            self._paths[key] = create_path(key, self.precision, disabled)
+        return self._paths[key]
+
+    def _candidates(self) -> list[Path]:
+        keys = [self.path] if self.path not in self._broken else []
+        if self.fallback:
+            if not keys:  # the chosen path broke at run time: next usable path, then cpu
+                start = PATH_KEYS.index(self.path) + 1
+                keys = [k for k in GPU_PATH_KEYS[start:] if k not in self._broken and self._usable(k)[0]][:1]
+            if "cpu" not in keys:
+                keys.append("cpu")
+        return [self._path(k) for k in keys]
+
+    # ---- planning ----------------------------------------------------------------------
+    def _variant(self, key: tuple, shapes: Mapping[str, Any]) -> _Variant:
+        if key in self._variants:
+            return self._variants[key]
+        g = self._base_graph
+        if any(g.input_shapes.get(n) != tuple(s) for n, s in shapes.items()):
+            g = to_graph(self._proto, {n: tuple(s) for n, s in shapes.items()})
+        plan = place(g, g.nodes, self._candidates())
+        variant = _Variant(g, plan, self._compile(g, plan.segments), {})
+        self._index_last_use(variant)
+        self._variants[key] = variant
+        return variant
+
+    def _compile(self, g: Graph, segments: list[tuple[str, list[Node]]]) -> list[Segment]:
+        compiled = []
+        for (key, nodes), (ins, outs) in zip(segments, segment_io(g, segments)):
+            compiled.append(self._path(key).compile(nodes, g, ins, outs))
+        return compiled
+
+    @staticmethod
+    def _index_last_use(variant: _Variant) -> None:
+        variant.last_use = {}
+        for idx, seg in enumerate(variant.segments):
+            for name in seg.inputs:
+                variant.last_use[name] = idx
+
+    # ---- running -----------------------------------------------------------------------
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"feeds must be a dict of input name -> array, not {type(feeds).__name__}")
+        g = self._base_graph
+        expected = ", ".join(f"{n} ({g.dtypes.get(n, '?')}, {list(g.input_shapes.get(n, ()))})" for n in g.inputs)
+        missing = [n for n in g.inputs if n not in feeds]
+        unknown = [n for n in feeds if n not in g.inputs]
+        if missing or unknown:
+            parts = [f"missing input(s) {missing}" if missing else "", f"unknown input(s) {unknown}" if unknown else ""]
+            raise InputError(f"{'; '.join(p for p in parts if p)}; the model's inputs are: {expected}")
+        out = {}
+        for name in g.inputs:
+            try:
+                value = np.asarray(feeds[name])
+            except Exception as exc:
+                raise InputError(f"input {name!r} cannot be read as an array: {exc}") from exc
+            want = g.dtypes.get(name)
+            if want is not None and value.dtype != want:
+                raise InputError(f"input {name!r} has dtype {value.dtype}, the model expects {want}")
+            declared = g.input_shapes.get(name)
+            if declared is not None and (len(declared) != value.ndim
+                                         or any(d is not None and d != v for d, v in zip(declared, value.shape))):
+                shown = ["?" if d is None else d for d in declared]
+                raise InputError(f"input {name!r} has shape {list(value.shape)}, the model expects {shown}")
+            out[name] = value
+        return out
+
+    def run(self, feeds: Mapping[str, Any], output_names: list[str] | None = None) -> list[np.ndarray]:
+        """Run the model; returns the outputs in model order (or in ``output_names`` order)."""
+        arrays = self._check_feeds(feeds)
+        key = tuple(tuple(arrays[n].shape) for n in self.input_names)
+        variant = self._variant(key, {n: arrays[n].shape for n in self.input_names})
+        self._current = variant
+        if threading.get_ident() != self._owner and any(s.path != "cpu" for s in variant.segments):
+            raise GpuBackendError("this session's GPU context belongs to the thread that created the session; "
+                                  "run it from that thread, or create one session per thread")
+        stats = RunStats()
+        env: dict[str, np.ndarray] = dict(arrays)
+        idx = 0
+        while idx < len(variant.segments):
+            seg = variant.segments[idx]
+            try:
+                env.update(seg.run({n: env[n] for n in seg.inputs}, stats))
+            except _driver_errors() as exc:
+                self._recover(variant, idx, exc)
+                continue
+            for name in seg.inputs:
+                if variant.last_use.get(name) == idx and name not in variant.graph.outputs:
+                    env.pop(name, None)
+            idx += 1
+        self.stats = stats
+        names = output_names or self.output_names
+        missing = [n for n in names if n not in self.output_names]
+        if missing:
+            raise InputError(f"unknown output name(s) {missing}; the model's outputs are {self.output_names}")
+        consts = variant.graph.constants
+        return [env[n] if n in env else np.array(consts[n]) for n in names]
+
+    def _recover(self, variant: _Variant, idx: int, exc: BaseException) -> None:
+        """A driver failed mid-run: re-plan the failing path's remaining nodes onto the next path."""
+        seg = variant.segments[idx]
+        if not self.fallback:
+            raise DeviceError(f"the {seg.path} path failed at run time: {exc}") from exc
+        log.warning("the %s path failed at run time (%s); re-planning its nodes onto the next path", seg.path, exc)
+        self._notes.append(f"{seg.path} failed at run time ({exc}); its nodes were re-planned")
+        self._broken.add(seg.path)
+        for s in variant.segments[idx:]:
+            s.close()
+        remaining = [n for s in variant.segments[idx:] for n in s.nodes]
+        plan = place(variant.graph, remaining, self._candidates())
+        new_segments = self._compile(variant.graph, plan.segments)
+        variant.segments[idx:] = new_segments
+        variant.plan.placement.update(plan.placement)
+        variant.plan.reasons.update(plan.reasons)
+        variant.plan.segments[idx:] = plan.segments
+        self._index_last_use(variant)
+
+    # ---- reporting ---------------------------------------------------------------------
+    @property
+    def placement(self) -> dict[str, str]:
+        """Node name -> path key that runs it (fused nodes share their producer's path)."""
+        variant = self._current or self._plan_for_report()
+        out = {}
+        for name, key in variant.plan.placement.items():
+            out[name] = key
+            for fused in variant.graph.fused.get(name, []):
+                out[fused] = key
+        return out
+
+    def _plan_for_report(self) -> _Variant:
+        g = self._base_graph
+        plan = place(g, g.nodes, self._candidates())
+        return _Variant(g, plan, [], {})
+
+    def explain(self) -> str:
+        """Which path ran what, and why nodes fell back."""
+        variant = self._current or self._plan_for_report()
+        lines = [f"requested path: {self.requested_path}; chosen: {self.path}; precision: {self.precision}; "
+                 f"fallback: {self.fallback}"]
+        lines += [f"  {note}" for note in self._notes]
+        counts: dict[str, int] = {}
+        for key in variant.plan.placement.values():
+            counts[key] = counts.get(key, 0) + 1
+        lines.append("nodes per path: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+        lines.append(f"segments: {len(variant.plan.segments)} ("
+                     + " -> ".join(f"{k}[{len(n)}]" for k, n in variant.plan.segments) + ")")
+        fell = [(n, r) for n, r in variant.plan.reasons.items() if variant.plan.placement.get(n) != self.path]
+        if fell:
+            lines.append(f"{len(fell)} node(s) not on {self.path}:")
+            lines += [f"  {n} -> {variant.plan.placement.get(n)}: {'; '.join(r)}" for n, r in fell]
+        fused = {k: v for k, v in variant.graph.fused.items() if v}
+        if fused:
+            lines.append("fused: " + ", ".join(f"{k} <- {'+'.join(v)}" for k, v in fused.items()))
+        return "\n".join(lines)
+
+    @property
+    def fallback_nodes(self) -> list[str]:
+        return [n for n, k in self.placement.items() if k != self.path]
+
+    def close(self) -> None:
+        for variant in self._variants.values():
+            for seg in variant.segments:
+                seg.close()
+        for path in self._paths.values():
+            path.close()
+        self._variants.clear()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
