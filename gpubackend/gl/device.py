@@ -44,7 +44,7 @@ class GLDevice:
 
     def __init__(self, key: str):
         self.key = key
-        self.ctx = contexts.gl_context()
+        self.ctx = contexts.gl_context(key)
         self._programs: dict[tuple, Any] = {}
 
     def compute(self, src: str) -> Any:

@@ -1,0 +1,212 @@
+"""Verdict cache: where it lives, its cheap key, and safe load/store.
+
+The key must be cheap to compute and must not load a GPU driver in the calling process (a driver
+that crashes at load must cost a verdict, not the caller). So it hashes, without loading them:
+
+* paths, sizes and mtimes of the driver files: libEGL/libGLES/libGL/libvulkan/libgbm/libgallium in
+  the library directories (``LD_LIBRARY_PATH`` first), the Mesa ``dri/*_dri.so`` modules, the
+  glvnd EGL vendor JSONs and Vulkan ICD JSONs (and the libraries those name);
+* the environment variables that change which driver loads (``MESA_*``, ``LIBGL_*``,
+  ``GALLIUM_DRIVER``, ``VK_ICD_FILENAMES``, ``VK_DRIVER_FILES``, ``__EGL_VENDOR_LIBRARY_*``,
+  ``EGL_PLATFORM``, ``GPUBACKEND_GL_CONTEXT``);
+* the package version, the Python version, the ``kp`` and ``moderngl`` files;
+* the sources that the verification runs (``capability_probe``, ``gpubackend/paths``,
+  ``shaders``, ``fallback``), so a changed kernel or canary is verified again;
+* the registered canaries and ``GPUBACKEND_FAULT`` / ``GPUBACKEND_DISABLE``, so a test with a
+  fault never sees a healthy cached verdict and vice versa.
+
+The driver's own fingerprint (vendor, renderer, versions) is computed in the child and stored in
+the cached report; the blocklist and recorded kernel verdicts are applied after loading, on every
+call, so editing them needs no refresh.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "GPUBACKEND_CACHE_DIR"
+ENV_KEYS_PREFIXES = ("MESA_", "LIBGL_", "GALLIUM_", "VK_", "__EGL_VENDOR", "__GLX_VENDOR", "EGL_", "LP_",
+                     "GPUBACKEND_GL_CONTEXT", "GPUBACKEND_FAULT", "GPUBACKEND_DISABLE", "GPUBACKEND_PROBE_CANARIES",
+                     "GPUBACKEND_CANARY_TOL", "LD_LIBRARY_PATH")
+_LIB_PATTERNS = ("libEGL*.so*", "libGLES*.so*", "libGL.so*", "libGLX*.so*", "libOpenGL.so*", "libvulkan*.so*",
+                 "libgbm.so*", "libgallium*.so*", "libglapi.so*", "libLLVM*.so*", "dri/*_dri.so")
+_JSON_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d", "/usr/share/vulkan/icd.d",
+              "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d", "~/.local/share/vulkan/icd.d")
+
+
+def cache_dir() -> Path:
+    """``$GPUBACKEND_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpubackend``, else ``~/.cache/gpubackend``."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "gpubackend"
+
+
+@functools.lru_cache(maxsize=1)
+def package_version() -> str:
+    """The installed ``gpubackend`` version (read once per process)."""
+    mod = sys.modules.get("gpubackend")
+    if mod is not None and isinstance(getattr(mod, "__version__", None), str):
+        return str(mod.__version__)
+    try:
+        from importlib.metadata import version
+
+        return version("gpubackend")
+    except Exception:  # noqa: BLE001 - not installed: source checkout
+        return "0+unknown"
+
+
+def _lib_dirs() -> list[str]:
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    multiarch = getattr(sys.implementation, "_multiarch", "")
+    for d in (f"/usr/lib/{multiarch}" if multiarch else "", "/usr/lib64", "/usr/lib", "/usr/local/lib",
+              "/lib/" + multiarch if multiarch else ""):
+        if d and d not in dirs and os.path.isdir(d):
+            dirs.append(d)
+    return dirs
+
+
+def _stat(path: str) -> str:
+    try:
+        st = os.stat(path)
+        return f"{path}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        return f"{path}:missing"
+
+
+def driver_files() -> list[str]:
+    """The driver files whose identity keys the cache (cheap: stat only)."""
+    files: list[str] = []
+    top = [p for p in _LIB_PATTERNS if "/" not in p]
+    for d in _lib_dirs():
+        try:
+            names = sorted(os.listdir(d))  # one listing per directory, then pattern matching
+        except OSError:
+            continue
+        rx = re.compile("|".join(fnmatch.translate(p) for p in top))
+        files.extend(os.path.join(d, n) for n in names if n.startswith("lib") and rx.match(n))
+        for pat in _LIB_PATTERNS:
+            if "/" in pat:
+                files.extend(sorted(glob.glob(os.path.join(d, pat))))
+    for d in _JSON_DIRS:
+        for j in sorted(glob.glob(os.path.join(os.path.expanduser(d), "*.json"))):
+            files.append(j)
+            try:  # the ICD library an ICD json names
+                with open(j, encoding="utf-8") as f:
+                    lib = json.load(f).get("ICD", {}).get("library_path", "")
+                if lib and os.path.isabs(lib):
+                    files.append(lib)
+            except Exception:  # noqa: BLE001
+                pass
+    return files
+
+
+def _module_file(name: str) -> str:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return f"{name}:absent"
+    if spec is None:
+        return f"{name}:absent"
+    return _stat(spec.origin) if spec.origin else name
+
+
+def _source_trees() -> list[str]:
+    here = Path(__file__).resolve().parent
+    roots = [here]
+    for pkg, sub in (("gpubackend", "paths"), ("shaders", ""), ("fallback", "")):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            for loc in spec.submodule_search_locations:
+                roots.append(Path(loc) / sub if sub else Path(loc))
+    out = []
+    for r in roots:
+        if not r.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(r):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for fn in sorted(filenames):
+                if fn.endswith((".py", ".glsl", ".comp", ".frag", ".vert", ".spv", ".h", ".json")) and \
+                        fn != "blocklist.json":
+                    out.append(_stat(os.path.join(dirpath, fn)))
+    return out
+
+
+def cheap_key(canaries: dict[str, list[str]], extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(hex key, the material it hashes). Never loads a GPU driver."""
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_KEYS_PREFIXES)}
+    material: dict[str, Any] = {
+        "schema": 1,
+        "package": package_version(),
+        "python": sys.version.split()[0],
+        "env": env,
+        "drivers": [_stat(f) for f in driver_files()],
+        "modules": [_module_file(m) for m in ("kp", "moderngl", "glcontext", "numpy")],
+        "sources": _source_trees(),
+        "canaries": {k: list(v) for k, v in sorted(canaries.items())},
+        "extra": extra or {},
+    }
+    blob = json.dumps(material, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:24], material
+
+
+def report_file(key: str) -> Path:
+    return cache_dir() / f"probe-{key}.json"
+
+
+def load(key: str) -> dict[str, Any] | None:
+    """The cached raw report for ``key``, or None when missing, unreadable or corrupt."""
+    p = report_file(key)
+    try:
+        with open(p, encoding="utf-8") as f:
+            d = json.load(f)
+        if not isinstance(d, dict) or d.get("key") != key or not isinstance(d.get("report"), dict):
+            return None
+        if not isinstance(d["report"].get("jobs"), dict):
+            return None
+        return d["report"]
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - corrupt: ignored, rewritten by the caller
+        return None
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON via a temporary file and ``os.replace`` (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def store(key: str, report: dict[str, Any]) -> bool:
+    """Store a raw report; False (never an exception) when the cache dir is not writable."""
+    try:
+        atomic_write_json(report_file(key), {"key": key, "report": report})
+        return True
+    except OSError:
+        return False
