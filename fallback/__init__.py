@@ -10,6 +10,11 @@ inputs (None for an absent optional input), ``attrs`` the decoded attributes, pl
 
 Outputs may be views of (or the very objects given as) inputs, e.g. for Identity, Reshape, Squeeze and
 Transpose: a caller must not modify an output in place unless it owns the buffer.
+
+Importing the package applies two process-level speed settings (see ``fallback._runtime``): glibc keeps
+freed buffers for reuse instead of unmapping them (``GPUBACKEND_MALLOC_TUNING=0`` disables), and NumPy's
+OpenBLAS runs one thread unless ``GPUBACKEND_BLAS_THREADS``, ``OPENBLAS_NUM_THREADS`` or
+``OMP_NUM_THREADS`` says otherwise.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ import numpy as np
 
 from . import conv, elementwise, linalg, norm, pool, resize, tensor  # noqa: F401  (registers kernels)
 from ._registry import KERNELS, FallbackError
-from ._threads import get_blas_threads, set_blas_threads
+from ._runtime import default_blas_threads, get_blas_threads, set_blas_threads, tune_malloc
 from .elementwise import apply_activation
 
-__all__ = ["KERNELS", "FallbackError", "apply_activation", "get_blas_threads", "run_node", "set_blas_threads",
-           "supported_ops"]
+__all__ = ["KERNELS", "FallbackError", "apply_activation", "default_blas_threads", "get_blas_threads", "run_node",
+           "set_blas_threads", "supported_ops", "tune_malloc"]
+
+tune_malloc()  # see its docstring: large temporaries otherwise page-fault on every call
+default_blas_threads()  # one BLAS thread unless the user chose a count; see fallback._runtime
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 

@@ -79,3 +79,19 @@ def norm_axis(op: str, axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < rank:
         raise fail(op, f"{what} {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+def half_via_float32(fn: Kernel) -> Kernel:
+    """Run a float16 node in float32 (NumPy's float16 GEMMs are slow and accumulate in half precision)
+    and cast the outputs back; other dtypes pass straight through."""
+
+    def wrapper(inputs: list, attrs: dict, opset: int) -> list:
+        if inputs and inputs[0] is not None and np.asarray(inputs[0]).dtype == np.float16:
+            up = [None if v is None else (np.asarray(v).astype(np.float32) if np.asarray(v).dtype == np.float16
+                                          else v) for v in inputs]
+            return [o.astype(np.float16) if o.dtype == np.float32 else o for o in fn(up, attrs, opset)]
+        return fn(inputs, attrs, opset)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,4 +110,47 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-__all__ = ["Geometry", "geometry", "pad_spatial", "tap_slices", "spatial_attrs", "ceil_div", "math"]
+
+
+def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: list[int], dil: list[int],
+                 kernel: list[int], fill: Any = 0) -> tuple[np.ndarray, list[tuple[int, int, int]], int]:
+    """2-D helper for sliding-window kernels: the input, padded with ``fill``, split into its
+    stride x stride phases (one phase when the stride is 1), each a plane of width ``wq`` flattened.
+
+    Kernel tap (i, j) then reads phase ``(a, b)`` at flat offset ``o`` for all outputs at once:
+    ``flat[a, b, :, :, o:o + out[0] * wq]`` is one unit-stride slice per (batch, channel) plane,
+    holding the tap's value for every output position (plus ``wq - out[1]`` columns per row past the
+    output's width, to be dropped). Returns ``(flat, [(a, b, o) per tap, row-major], wq)``.
+    """
+    n, c, h, wd = x.shape
+    kh, kw = kernel
+    (sh, sw), (dh, dw), (oh, ow), (ph, pw) = strides, dil, out, pad_begin
+    off_h = [(i * dh) // sh for i in range(kh)]
+    off_w = [(j * dw) // sw for j in range(kw)]
+    phases_h = sorted({(i * dh) % sh for i in range(kh)})
+    phases_w = sorted({(j * dw) % sw for j in range(kw)})
+    hq = oh + max(off_h) + 1
+    wq = ow + max(off_w)
+    shape = (len(phases_h), len(phases_w), n, c, hq, wq)
+    planes = np.zeros(shape, dtype=x.dtype) if fill == 0 else np.full(shape, fill, dtype=x.dtype)
+    for ai, a in enumerate(phases_h):
+        r0 = max(0, -(-(ph - a) // sh))
+        r1 = min(hq, (h - 1 + ph - a) // sh + 1)
+        if r1 <= r0:
+            continue
+        for bi, b in enumerate(phases_w):
+            c0 = max(0, -(-(pw - b) // sw))
+            c1 = min(wq, (wd - 1 + pw - b) // sw + 1)
+            if c1 <= c0:
+                continue
+            planes[ai, bi, :, :, r0:r1, c0:c1] = x[:, :, a + sh * r0 - ph: a + sh * (r1 - 1) - ph + 1: sh,
+                                                   b + sw * c0 - pw: b + sw * (c1 - 1) - pw + 1: sw]
+    offsets = [(phases_h.index((i * dh) % sh), phases_w.index((j * dw) % sw), off_h[i] * wq + off_w[j])
+               for i in range(kh) for j in range(kw)]
+    return planes.reshape(len(phases_h), len(phases_w), n, c, hq * wq), offsets, wq
+
+
+def drop_columns(y: np.ndarray, out: list[int], wq: int) -> np.ndarray:
+    """(N, C, out[0] * wq) rows computed on phase planes -> contiguous (N, C, out[0], out[1])."""
+    y = y.reshape(y.shape[0], y.shape[1], out[0], wq)
+    return y if wq == out[1] else np.ascontiguousarray(y[..., :out[1]])

@@ -31,8 +31,8 @@ def _clip(x: np.ndarray, out: np.ndarray | None, lo: Any, hi: Any) -> np.ndarray
             out[...] = x
         return out
     t = x.dtype.type
-    lo = None if lo is None else t(lo)
-    hi = None if hi is None else t(hi)
+    lo = None if lo is None else t(_scalar(lo))
+    hi = None if hi is None else t(_scalar(hi))
     if x.dtype.kind == "f":  # one fast np.clip pass; NaN propagates as in ONNX
         lo = t(-np.inf) if lo is None else lo
         hi = t(np.inf) if hi is None else hi
@@ -86,15 +86,24 @@ def _tanh(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     return np.tanh(x, out=out)
 
 
+def _scalar(v: Any) -> Any:
+    """A Python / NumPy scalar from a scalar or a one-element array (fused parameters may be either)."""
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise FallbackError(f"activation parameter must be a scalar, got shape {v.shape}")
+        return v.reshape(-1)[0]
+    return v
+
+
 def _act_impl(x: np.ndarray, name: str, p: dict[str, Any], out: np.ndarray | None) -> np.ndarray:
     if name == "Relu":
         return _relu(x, out)
     if name == "Clip":
         return _clip(x, out, p.get("min"), p.get("max"))
     if name == "LeakyRelu":
-        return _leaky_relu(x, out, float(p.get("alpha", 0.01)))
+        return _leaky_relu(x, out, float(_scalar(p.get("alpha", 0.01))))
     if name == "HardSigmoid":
-        return _hard_sigmoid(x, out, float(p.get("alpha", 0.2)), float(p.get("beta", 0.5)))
+        return _hard_sigmoid(x, out, float(_scalar(p.get("alpha", 0.2))), float(_scalar(p.get("beta", 0.5))))
     if name == "HardSwish":
         return _hard_swish(x, out)
     if name == "Sigmoid":
@@ -119,12 +128,12 @@ def apply_activation(x: np.ndarray, act: tuple[str, dict] | None) -> np.ndarray:
 
 
 @register("Relu")
-def k_relu(inputs, attrs, opset):
+def k_relu(inputs: list, attrs: dict, opset: int) -> list:
     return [_relu(need("Relu", inputs, 0), None)]
 
 
 @register("Clip")
-def k_clip(inputs, attrs, opset):
+def k_clip(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Clip", inputs, 0)
     if opset < 11:
         lo = attrs.get("min", None)
@@ -144,33 +153,33 @@ def k_clip(inputs, attrs, opset):
 
 
 @register("LeakyRelu")
-def k_leaky_relu(inputs, attrs, opset):
+def k_leaky_relu(inputs: list, attrs: dict, opset: int) -> list:
     return [_leaky_relu(need("LeakyRelu", inputs, 0), None, float(attrs.get("alpha", 0.01)))]
 
 
 @register("HardSigmoid")
-def k_hard_sigmoid(inputs, attrs, opset):
+def k_hard_sigmoid(inputs: list, attrs: dict, opset: int) -> list:
     x = need("HardSigmoid", inputs, 0)
     return [_hard_sigmoid(x, None, float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5)))]
 
 
 @register("HardSwish")
-def k_hard_swish(inputs, attrs, opset):
+def k_hard_swish(inputs: list, attrs: dict, opset: int) -> list:
     return [_hard_swish(need("HardSwish", inputs, 0), None)]
 
 
 @register("Sigmoid")
-def k_sigmoid(inputs, attrs, opset):
+def k_sigmoid(inputs: list, attrs: dict, opset: int) -> list:
     return [_sigmoid(need("Sigmoid", inputs, 0), None)]
 
 
 @register("Tanh")
-def k_tanh(inputs, attrs, opset):
+def k_tanh(inputs: list, attrs: dict, opset: int) -> list:
     return [_tanh(need("Tanh", inputs, 0), None)]
 
 
 @register("PRelu")
-def k_prelu(inputs, attrs, opset):
+def k_prelu(inputs: list, attrs: dict, opset: int) -> list:
     x = need("PRelu", inputs, 0)
     slope = need("PRelu", inputs, 1, "slope").astype(x.dtype, copy=False)
     if opset < 7 and slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
@@ -191,14 +200,14 @@ def k_prelu(inputs, attrs, opset):
 
 
 @register("Elu")
-def k_elu(inputs, attrs, opset):
+def k_elu(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Elu", inputs, 0)
     a = x.dtype.type(attrs.get("alpha", 1.0))
     return [np.where(x < 0, a * np.expm1(np.minimum(x, 0)), x)]
 
 
 @register("Selu")
-def k_selu(inputs, attrs, opset):
+def k_selu(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Selu", inputs, 0)
     a = x.dtype.type(attrs.get("alpha", 1.67326319217681884765625))
     g = x.dtype.type(attrs.get("gamma", 1.05070102214813232421875))
@@ -206,14 +215,14 @@ def k_selu(inputs, attrs, opset):
 
 
 @register("Softplus")
-def k_softplus(inputs, attrs, opset):
+def k_softplus(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Softplus", inputs, 0)
     return [np.logaddexp(x, x.dtype.type(0))]
 
 
 # ----------------------------------------------------------------------------- unary math
 def _unary(op: str, fn) -> None:
-    def kernel(inputs, attrs, opset):
+    def kernel(inputs: list, attrs: dict, opset: int) -> list:
         return [fn(need(op, inputs, 0))]
 
     kernel.__name__ = f"k_{op.lower()}"
@@ -276,7 +285,7 @@ def _operands(op: str, inputs, attrs, opset) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _binary(op: str, fn) -> None:
-    def kernel(inputs, attrs, opset):
+    def kernel(inputs: list, attrs: dict, opset: int) -> list:
         a, b = _operands(op, inputs, attrs, opset)
         return [fn(a, b)]
 
@@ -316,7 +325,7 @@ for _op, _fn in {
 
 
 @register("Mod")
-def k_mod(inputs, attrs, opset):
+def k_mod(inputs: list, attrs: dict, opset: int) -> list:
     a, b = _operands("Mod", inputs, attrs, opset)
     if int(attrs.get("fmod", 0)):
         return [np.fmod(a, b)]
@@ -324,7 +333,7 @@ def k_mod(inputs, attrs, opset):
 
 
 @register("Pow")
-def k_pow(inputs, attrs, opset):
+def k_pow(inputs: list, attrs: dict, opset: int) -> list:
     x, y = _operands("Pow", inputs, attrs, opset)
     if x.dtype.kind in "iu":
         return [np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)]
@@ -333,7 +342,7 @@ def k_pow(inputs, attrs, opset):
 
 # ----------------------------------------------------------------------------- variadic
 def _variadic(op: str, fn, mean: bool = False) -> None:
-    def kernel(inputs, attrs, opset):
+    def kernel(inputs: list, attrs: dict, opset: int) -> list:
         xs = [np.asarray(v) for v in inputs if v is not None]
         if not xs:
             raise fail(op, "needs at least one input")
@@ -361,7 +370,7 @@ _variadic("Mean", np.add, mean=True)
 
 
 @register("Where")
-def k_where(inputs, attrs, opset):
+def k_where(inputs: list, attrs: dict, opset: int) -> list:
     c = need("Where", inputs, 0).astype(bool, copy=False)
     a, b = need("Where", inputs, 1), need("Where", inputs, 2)
     if a.dtype != b.dtype:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._registry import fail, iattr, need, opt, register
+from ._registry import fail, half_via_float32, iattr, need, opt, register
 from .elementwise import apply_activation
 
 
 @register("Gemm")
-def k_gemm(inputs, attrs, opset):
+@half_via_float32
+def k_gemm(inputs: list, attrs: dict, opset: int) -> list:
     op = "Gemm"
     a = need(op, inputs, 0, "A")
     b = need(op, inputs, 1, "B")
@@ -45,7 +46,8 @@ def k_gemm(inputs, attrs, opset):
 
 
 @register("MatMul")
-def k_matmul(inputs, attrs, opset):
+@half_via_float32
+def k_matmul(inputs: list, attrs: dict, opset: int) -> list:
     op = "MatMul"
     a = need(op, inputs, 0, "A")
     b = need(op, inputs, 1, "B")

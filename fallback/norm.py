@@ -8,7 +8,7 @@ from ._registry import as_int_list, fail, iattr, ints_attr, need, norm_axis, opt
 
 
 @register("BatchNormalization")
-def k_batchnorm(inputs, attrs, opset):
+def k_batchnorm(inputs: list, attrs: dict, opset: int) -> list:
     op = "BatchNormalization"
     x = need(op, inputs, 0, "X")
     scale, bias, mean, var = (need(op, inputs, i, n) for i, n in
@@ -70,12 +70,12 @@ def _softmax_axis(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
 
 
 @register("Softmax")
-def k_softmax(inputs, attrs, opset):
+def k_softmax(inputs: list, attrs: dict, opset: int) -> list:
     return _softmax("Softmax", inputs, attrs, opset, False)
 
 
 @register("LogSoftmax")
-def k_log_softmax(inputs, attrs, opset):
+def k_log_softmax(inputs: list, attrs: dict, opset: int) -> list:
     return _softmax("LogSoftmax", inputs, attrs, opset, True)
 
 
@@ -84,7 +84,7 @@ _AXES_INPUT_SINCE = {"ReduceSum": 13}
 
 
 def _reduce(op: str, fn):
-    def kernel(inputs, attrs, opset):
+    def kernel(inputs: list, attrs: dict, opset: int) -> list:
         x = need(op, inputs, 0)
         if opset < _AXES_INPUT_SINCE.get(op, 18):
             axes = ints_attr(attrs, "axes")
@@ -126,7 +126,8 @@ def _rmin(x, axes, keep):
 
 def _rmean(x, axes, keep):
     if x.dtype.kind == "f":
-        return np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype)
+        acc = np.float32 if x.dtype == np.float16 else x.dtype  # no float16 accumulation
+        return np.mean(x, axis=axes, keepdims=keep, dtype=acc)
     return np.mean(x, axis=axes, keepdims=keep)
 
 

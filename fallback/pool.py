@@ -1,4 +1,6 @@
-"""MaxPool, AveragePool and the global pools, as a reduction over kernel taps of strided views."""
+"""MaxPool, AveragePool and the global pools. Max and average pooling reduce one spatial axis at a time
+over strided slices (the window is separable); MaxPool's Indices output (row-major, or column-major with
+storage_order=1) is computed, over all taps, only when ``_num_outputs`` asks for it."""
 
 from __future__ import annotations
 
@@ -23,22 +25,44 @@ def _lowest(dtype: np.dtype):
     raise fail("MaxPool", f"unsupported dtype {dtype}")
 
 
+def _separable(x: np.ndarray, g, fill, ufunc) -> np.ndarray:
+    """Max and sum over a box window are separable: reduce one spatial axis at a time (the first
+    spatial axis first, whose taps are whole contiguous rows). (k_h - 1) + (k_w - 1) ufunc passes
+    instead of k_h * k_w - 1, each on an already reduced array."""
+    end = [e + x_ for e, x_ in zip(g.pad_end, g.extra_end)]
+    cur = pad_spatial(x, g.pad_begin, end, fill)
+    for i in range(x.ndim - 2):
+        k, s, d, o = g.kernel[i], g.strides[i], g.dilations[i], g.out[i]
+        index = [slice(None)] * cur.ndim
+        acc = None
+        for t in range(k):
+            index[2 + i] = slice(t * d, t * d + (o - 1) * s + 1, s)
+            src = cur[tuple(index)]
+            if acc is None:
+                acc = src.copy()
+            else:
+                ufunc(acc, src, out=acc)
+        cur = acc
+    return cur if cur is not x else cur.copy()
+
+
 @register("MaxPool")
-def k_maxpool(inputs, attrs, opset):
+def k_maxpool(inputs: list, attrs: dict, opset: int) -> list:
     op = "MaxPool"
     x = need(op, inputs, 0)
     _check(op, x)
     g = geometry(op, x.shape[2:], attrs, None, bool(iattr(attrs, "ceil_mode", 0)))
+    want_idx = int(attrs.get("_num_outputs", 1)) > 1
+    if not want_idx:
+        return [_separable(x, g, _lowest(x.dtype), np.maximum)]
     end = [e + x_ for e, x_ in zip(g.pad_end, g.extra_end)]
     xp = pad_spatial(x, g.pad_begin, end, _lowest(x.dtype))
-    want_idx = int(attrs.get("_num_outputs", 1)) > 1
     y = None
     idx = None
     nsp = x.ndim - 2
     if want_idx:
         insp = x.shape[2:]
         col_major = iattr(attrs, "storage_order", 0) == 1
-        mul = []
         acc = 1
         order = range(nsp) if col_major else range(nsp - 1, -1, -1)
         mul = [0] * nsp
@@ -69,21 +93,13 @@ def k_maxpool(inputs, attrs, opset):
 
 
 @register("AveragePool")
-def k_avgpool(inputs, attrs, opset):
+def k_avgpool(inputs: list, attrs: dict, opset: int) -> list:
     op = "AveragePool"
     x = need(op, inputs, 0)
     _check(op, x)
     g = geometry(op, x.shape[2:], attrs, None, bool(iattr(attrs, "ceil_mode", 0)))
     include_pad = iattr(attrs, "count_include_pad", 0) == 1
-    end = [e + x_ for e, x_ in zip(g.pad_end, g.extra_end)]
-    xp = pad_spatial(x, g.pad_begin, end, 0)
-    y = None
-    for tap in np.ndindex(*g.kernel):
-        src = xp[tap_slices(tap, g.out, g.strides, g.dilations)]
-        if y is None:
-            y = src.astype(x.dtype, copy=True)
-        else:
-            y += src
+    y = _separable(x, g, 0, np.add)
     # per-axis count of taps that land on counted positions; the divisor is their outer product
     nsp = x.ndim - 2
     counts = []
@@ -106,14 +122,15 @@ def k_avgpool(inputs, attrs, opset):
 
 
 @register("GlobalAveragePool")
-def k_global_avgpool(inputs, attrs, opset):
+def k_global_avgpool(inputs: list, attrs: dict, opset: int) -> list:
     x = need("GlobalAveragePool", inputs, 0)
     _check("GlobalAveragePool", x)
-    return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=x.dtype)]
+    acc = np.float32 if x.dtype == np.float16 else x.dtype  # no float16 accumulation
+    return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=acc).astype(x.dtype, copy=False)]
 
 
 @register("GlobalMaxPool")
-def k_global_maxpool(inputs, attrs, opset):
+def k_global_maxpool(inputs: list, attrs: dict, opset: int) -> list:
     x = need("GlobalMaxPool", inputs, 0)
     _check("GlobalMaxPool", x)
     return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]

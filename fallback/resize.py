@@ -49,7 +49,7 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
 
 def _axis_taps(mode: str, nearest_mode: str, xo: np.ndarray, in_len: int, scale: float, cubic_a: float,
                exclude_outside: bool, antialias: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """(out_len, T) source indices (clamped to the axis) and weights (None for nearest)."""
+    """(out_len, T) source indices (not yet clamped to the axis) and weights (None for nearest)."""
     fl = np.floor(xo)
     frac = xo - fl
     if mode == "nearest":
@@ -65,8 +65,7 @@ def _axis_taps(mode: str, nearest_mode: str, xo: np.ndarray, in_len: int, scale:
             pick = np.ceil(xo) if scale < 1 else np.trunc(xo)
         else:
             raise FallbackError(f"Resize: unknown nearest_mode {nearest_mode!r}")
-        idx = np.clip(pick, 0, in_len - 1).astype(np.intp)
-        return idx[:, None], None
+        return pick.astype(np.intp)[:, None], None
     s = min(scale, 1.0) if antialias else 1.0
     if mode == "linear":
         start = int(math.floor(-1 / s) + 1) if antialias else 0
@@ -83,10 +82,34 @@ def _axis_taps(mode: str, nearest_mode: str, xo: np.ndarray, in_len: int, scale:
         w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
     if antialias or exclude_outside:
         w = w / w.sum(axis=1, keepdims=True)
-    return np.clip(idx, 0, in_len - 1), w
+    return idx, w
+
+
+def _periodic(idx: np.ndarray, w: np.ndarray | None, in_len: int):
+    """For an integer upscale factor s with the same taps and weights for every output phase
+    (half_pixel / asymmetric / pytorch_half_pixel coordinates), the per-phase tap offsets and weights;
+    else None."""
+    out_len, taps = idx.shape
+    if out_len % in_len or out_len == in_len:
+        return None
+    s = out_len // in_len
+    rel = idx.reshape(in_len, s, taps) - np.arange(in_len).reshape(in_len, 1, 1)
+    if (rel != rel[:1]).any():
+        return None
+    if w is not None:
+        wp = w.reshape(in_len, s, taps)
+        if not np.allclose(wp, wp[:1], rtol=0, atol=1e-12):
+            return None
+        return s, rel[0], wp[0]
+    return s, rel[0], None
 
 
 def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None, dt: np.dtype) -> np.ndarray:
+    in_len = x.shape[axis]
+    per = _periodic(idx, w, in_len)
+    if per is not None:
+        return _interp_axis_periodic(x, axis, *per, dt)
+    idx = np.clip(idx, 0, in_len - 1)
     if w is None:
         return np.take(x, idx[:, 0], axis=axis)
     shape = [1] * x.ndim
@@ -106,6 +129,52 @@ def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None
         shape_out = list(x.shape)
         shape_out[axis] = idx.shape[0]
         y = np.zeros(shape_out, dtype=dt)
+    return y
+
+
+def _interp_axis_periodic(x: np.ndarray, axis: int, s: int, rel: np.ndarray, w: np.ndarray | None,
+                          dt: np.dtype) -> np.ndarray:
+    """Integer upscale along ``axis`` without gathers: output phase p (positions p, p+s, ...) is a fixed
+    weighted sum of the edge-padded input shifted by ``rel[p]``; each term is one strided slice."""
+    n = x.shape[axis]
+    lo = max(0, -int(rel.min()))
+    hi = max(0, int(rel.max()))
+    xp = x
+    if lo or hi:
+        width = [(0, 0)] * x.ndim
+        width[axis] = (lo, hi)
+        xp = np.pad(x, width, mode="edge")
+    shape = list(x.shape)
+    shape[axis] = n * s
+    y = np.empty(shape, dtype=dt)
+
+    def along(arr: np.ndarray, sl: slice) -> np.ndarray:
+        index = [slice(None)] * arr.ndim
+        index[axis] = sl
+        return arr[tuple(index)]
+
+    tmp = None
+    for p in range(s):
+        dst = along(y, slice(p, None, s))
+        first = True
+        for t in range(rel.shape[1]):
+            wt = 1.0 if w is None else float(w[p, t])
+            if w is not None and wt == 0.0:
+                continue
+            src = along(xp, slice(lo + int(rel[p, t]), lo + int(rel[p, t]) + n))
+            if first:
+                if wt == 1.0:
+                    dst[...] = src
+                else:
+                    np.multiply(src, dt.type(wt), out=dst)
+                first = False
+            else:
+                if tmp is None:
+                    tmp = np.empty(src.shape, dtype=dt)
+                np.multiply(src, dt.type(wt), out=tmp)
+                dst += tmp
+        if first:
+            dst[...] = 0
     return y
 
 
@@ -165,7 +234,12 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
 
     dt = x.dtype
     work = x if dt.kind == "f" else x.astype(np.float64)
-    for a in axes:
+    # Axes are independent; order them for speed: shrinking axes first, growing ones last, and the
+    # last axis (whose gather is the slow, non-contiguous one) on the smaller of its two sides.
+    last = r - 1
+    downs = sorted((a for a in axes if out[a] <= x.shape[a]), key=lambda a: a == last)
+    ups = sorted((a for a in axes if out[a] > x.shape[a]), key=lambda a: a != last)
+    for a in downs + ups:
         roi_a = full_roi[a] if full_roi is not None else None
         if (math.isclose(sc[a], 1.0) and out[a] == work.shape[a]
                 and (roi_a is None or (math.isclose(roi_a[0], 0.0) and math.isclose(roi_a[1], 1.0)))):
@@ -207,7 +281,7 @@ def _scales_sizes(op: str, inputs, si: int, zi: int):
 
 
 @register("Resize")
-def k_resize(inputs, attrs, opset):
+def k_resize(inputs: list, attrs: dict, opset: int) -> list:
     op = "Resize"
     x = need(op, inputs, 0)
     mode = sattr(attrs, "mode", "nearest")
@@ -228,7 +302,7 @@ def k_resize(inputs, attrs, opset):
 
 
 @register("Upsample")
-def k_upsample(inputs, attrs, opset):
+def k_upsample(inputs: list, attrs: dict, opset: int) -> list:
     op = "Upsample"
     x = need(op, inputs, 0)
     mode = sattr(attrs, "mode", "nearest")

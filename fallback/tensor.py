@@ -27,18 +27,18 @@ def onnx_dtype(op: str, to: int) -> np.dtype:
         dt = np.dtype(helper.tensor_dtype_to_np_dtype(to))
     except Exception as e:  # noqa: BLE001
         raise fail(op, f"unsupported element type {to}") from e
-    if dt.kind in "OSUV":
+    if dt.kind in "OSU" or (dt.kind == "V" and dt.name != "bfloat16"):
         raise fail(op, f"element type {to} is not supported (numeric NumPy types only)")
     return dt
 
 
 @register("Identity")
-def k_identity(inputs, attrs, opset):
+def k_identity(inputs: list, attrs: dict, opset: int) -> list:
     return [need("Identity", inputs, 0)]
 
 
 @register("Concat")
-def k_concat(inputs, attrs, opset):
+def k_concat(inputs: list, attrs: dict, opset: int) -> list:
     xs = [np.asarray(v) for v in inputs if v is not None]
     if not xs:
         raise fail("Concat", "needs at least one input")
@@ -55,7 +55,7 @@ def k_concat(inputs, attrs, opset):
 
 
 @register("Reshape")
-def k_reshape(inputs, attrs, opset):
+def k_reshape(inputs: list, attrs: dict, opset: int) -> list:
     op = "Reshape"
     x = need(op, inputs, 0)
     if opset < 5:
@@ -85,7 +85,7 @@ def k_reshape(inputs, attrs, opset):
 
 
 @register("Flatten")
-def k_flatten(inputs, attrs, opset):
+def k_flatten(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Flatten", inputs, 0)
     axis = iattr(attrs, "axis", 1)
     if not -x.ndim <= axis <= x.ndim:
@@ -98,7 +98,7 @@ def k_flatten(inputs, attrs, opset):
 
 
 @register("Transpose")
-def k_transpose(inputs, attrs, opset):
+def k_transpose(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Transpose", inputs, 0)
     perm = ints_attr(attrs, "perm")
     if perm is None:
@@ -115,7 +115,7 @@ def _axes(op: str, inputs, attrs, opset: int, since: int) -> list[int] | None:
 
 
 @register("Squeeze")
-def k_squeeze(inputs, attrs, opset):
+def k_squeeze(inputs: list, attrs: dict, opset: int) -> list:
     op = "Squeeze"
     x = need(op, inputs, 0)
     axes = _axes(op, inputs, attrs, opset, 13)
@@ -129,7 +129,7 @@ def k_squeeze(inputs, attrs, opset):
 
 
 @register("Unsqueeze")
-def k_unsqueeze(inputs, attrs, opset):
+def k_unsqueeze(inputs: list, attrs: dict, opset: int) -> list:
     op = "Unsqueeze"
     x = need(op, inputs, 0)
     axes = _axes(op, inputs, attrs, opset, 13)
@@ -146,7 +146,7 @@ def k_unsqueeze(inputs, attrs, opset):
 
 
 @register("Pad")
-def k_pad(inputs, attrs, opset):
+def k_pad(inputs: list, attrs: dict, opset: int) -> list:
     op = "Pad"
     x = need(op, inputs, 0)
     if opset < 11:
@@ -192,7 +192,7 @@ def k_pad(inputs, attrs, opset):
 
 
 @register("Constant")
-def k_constant(inputs, attrs, opset):
+def k_constant(inputs: list, attrs: dict, opset: int) -> list:
     op = "Constant"
     if "value" in attrs:
         v = attrs["value"]
@@ -237,7 +237,7 @@ def k_constant(inputs, attrs, opset):
 
 
 @register("Shape")
-def k_shape(inputs, attrs, opset):
+def k_shape(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Shape", inputs, 0)
     shape = x.shape
     start = iattr(attrs, "start", 0)
@@ -246,12 +246,12 @@ def k_shape(inputs, attrs, opset):
 
 
 @register("Size")
-def k_size(inputs, attrs, opset):
+def k_size(inputs: list, attrs: dict, opset: int) -> list:
     return [np.array(need("Size", inputs, 0).size, dtype=np.int64)]
 
 
 @register("Gather")
-def k_gather(inputs, attrs, opset):
+def k_gather(inputs: list, attrs: dict, opset: int) -> list:
     op = "Gather"
     x = need(op, inputs, 0)
     idx = need(op, inputs, 1, "indices")
@@ -265,7 +265,7 @@ def k_gather(inputs, attrs, opset):
 
 
 @register("Slice")
-def k_slice(inputs, attrs, opset):
+def k_slice(inputs: list, attrs: dict, opset: int) -> list:
     op = "Slice"
     x = need(op, inputs, 0)
     if opset < 10:
@@ -308,7 +308,7 @@ def k_slice(inputs, attrs, opset):
 
 
 @register("Cast")
-def k_cast(inputs, attrs, opset):
+def k_cast(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Cast", inputs, 0)
     if "to" not in attrs:
         raise fail("Cast", "attribute 'to' is required")
@@ -320,7 +320,7 @@ def k_cast(inputs, attrs, opset):
 
 
 @register("CastLike")
-def k_castlike(inputs, attrs, opset):
+def k_castlike(inputs: list, attrs: dict, opset: int) -> list:
     x = need("CastLike", inputs, 0)
     t = need("CastLike", inputs, 1)
     if (t.dtype not in _NATIVE and t.dtype.name != "bfloat16") or x.dtype.kind in "OSU":
@@ -329,7 +329,7 @@ def k_castlike(inputs, attrs, opset):
 
 
 @register("ConstantOfShape")
-def k_constant_of_shape(inputs, attrs, opset):
+def k_constant_of_shape(inputs: list, attrs: dict, opset: int) -> list:
     op = "ConstantOfShape"
     shape = as_int_list(op, need(op, inputs, 0, "shape"), "shape")
     if any(s < 0 for s in shape):
@@ -344,7 +344,7 @@ def k_constant_of_shape(inputs, attrs, opset):
 
 
 @register("Dropout")
-def k_dropout(inputs, attrs, opset):
+def k_dropout(inputs: list, attrs: dict, opset: int) -> list:
     op = "Dropout"
     x = need(op, inputs, 0)
     if opset >= 12:
@@ -368,7 +368,7 @@ def k_dropout(inputs, attrs, opset):
 
 
 @register("Expand")
-def k_expand(inputs, attrs, opset):
+def k_expand(inputs: list, attrs: dict, opset: int) -> list:
     op = "Expand"
     x = need(op, inputs, 0)
     shape = as_int_list(op, need(op, inputs, 1, "shape"), "shape")
@@ -380,7 +380,7 @@ def k_expand(inputs, attrs, opset):
 
 
 @register("Range")
-def k_range(inputs, attrs, opset):
+def k_range(inputs: list, attrs: dict, opset: int) -> list:
     start, limit, delta = (need("Range", inputs, i).reshape(()) for i in range(3))
     if delta == 0:
         raise fail("Range", "delta must not be 0")
@@ -389,7 +389,7 @@ def k_range(inputs, attrs, opset):
 
 
 @register("Split")
-def k_split(inputs, attrs, opset):
+def k_split(inputs: list, attrs: dict, opset: int) -> list:
     op = "Split"
     x = need(op, inputs, 0)
     axis = norm_axis(op, iattr(attrs, "axis", 0), x.ndim)
@@ -408,7 +408,7 @@ def k_split(inputs, attrs, opset):
 
 
 @register("Tile")
-def k_tile(inputs, attrs, opset):
+def k_tile(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Tile", inputs, 0)
     reps = as_int_list("Tile", need("Tile", inputs, 1, "repeats"), "repeats")
     if len(reps) != x.ndim:

@@ -106,6 +106,8 @@ def to_graph(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | 
             attrs = {a.name: decode_attribute(a) for a in n.attribute}
         except Exception as exc:
             raise ModelError(f"node {n.name or i} ({n.op_type}): unreadable attribute: {exc}") from exc
+        if len(n.output) > 1:
+            attrs["_num_outputs"] = len(n.output)  # e.g. MaxPool computes Indices only when asked
         nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs, n.domain))
     graph = Graph(nodes, inputs, [o.name for o in g.output], constants, dtypes=dtypes, opset=opset,
                   input_shapes={k: v for k, v in declared.items() if v is not None})

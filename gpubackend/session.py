@@ -109,10 +109,19 @@ class Session:
             path = forced
         if path == "auto":
             try:
-                chosen = self._probe().preferred_path
-                self._notes.append(f"auto: the probe prefers {chosen}"
-                                   + (" (software GPU drivers are not preferred over the CPU)"
-                                      if chosen == "cpu" else ""))
+                report = self._probe()
+                if os.environ.get("GPUBACKEND_PREFER_SOFTWARE") == "1":
+                    chosen = report.usable_paths()[0]
+                    self._notes.append(f"auto: {chosen} is the best verified path "
+                                       "(GPUBACKEND_PREFER_SOFTWARE=1 lets software drivers count)")
+                else:
+                    chosen = report.preferred_path
+                    self._notes.append(f"auto: the probe prefers {chosen}"
+                                       + (" (software GPU drivers are not preferred over the CPU)"
+                                          if chosen == "cpu" else ""))
+                skipped = [f"{k}: {report.paths[k].reason}" for k in GPU_PATH_KEYS[:GPU_PATH_KEYS.index(chosen)]
+                           if chosen in GPU_PATH_KEYS and k in report.paths and not report.usable(k)]
+                self._notes += [f"auto: skipped {s}" for s in skipped]
             except Exception as exc:
                 chosen = "cpu"
                 self._notes.append(f"auto: the capability probe failed ({exc}); using cpu")
@@ -205,8 +214,11 @@ class Session:
             out[name] = value
         return out
 
-    def run(self, feeds: Mapping[str, Any], output_names: list[str] | None = None) -> list[np.ndarray]:
-        """Run the model; returns the outputs in model order (or in ``output_names`` order)."""
+    def run(self, feeds: Mapping[str, Any], output_names: list[str] | None = None,
+            profile: bool = False) -> list[np.ndarray]:
+        """Run the model; returns the outputs in model order (or in ``output_names`` order).
+        ``profile=True`` makes segments record per-node seconds in ``self.stats.node_seconds``
+        (synchronising after each node, so the run itself is slower)."""
         arrays = self._check_feeds(feeds)
         key = tuple(tuple(arrays[n].shape) for n in self.input_names)
         variant = self._variant(key, {n: arrays[n].shape for n in self.input_names})
@@ -214,7 +226,7 @@ class Session:
         if threading.get_ident() != self._owner and any(s.path != "cpu" for s in variant.segments):
             raise GpuBackendError("this session's GPU context belongs to the thread that created the session; "
                                   "run it from that thread, or create one session per thread")
-        stats = RunStats()
+        stats = RunStats(profile=bool(profile))
         env: dict[str, np.ndarray] = dict(arrays)
         idx = 0
         while idx < len(variant.segments):

@@ -15,29 +15,17 @@ INCLUDE = [
     r"test_transpose_.*", r"test_squeeze(_.*)?", r"test_unsqueeze_.*",
     r"test_maxpool_.*", r"test_averagepool_.*", r"test_globalaveragepool(_.*)?", r"test_globalmaxpool(_.*)?",
     r"test_batchnorm_.*", r"test_softmax_.*", r"test_resize_.*", r"test_upsample_nearest",
-    r"test_(constant|edge|reflect)_pad(_.*)?", r"test_reduce_mean_.*",
+    r"test_(constant|edge|reflect|wrap)_pad(_.*)?", r"test_reduce_mean_.*",
     r"test_constant", r"test_identity", r"test_shape(_.*)?", r"test_gather_(0|1|2d_indices|negative_indices)",
     r"test_slice(_.*)?", r"test_cast_(FLOAT|DOUBLE|FLOAT16)_to_(FLOAT|DOUBLE|FLOAT16)",
     r"test_constantofshape_.*", r"test_dropout_default(_.*)?", r"test_dropout_random_old",
+    r"test_training_dropout.*",
 ]
 
 EXCLUDE = {
     r".*_expanded(_ver\d+)?": "function-body expansions exercise other operators (ReduceMax, Exp, Where...), "
                               "not the operator under test",
-    r"test_batchnorm_.*_training_mode": "BatchNormalization is supported in inference mode only",
-    r"test_(add|sub|mul|div)_u?int(8|16|64)": "integer arithmetic other than int32 is not a target of this "
-                                               "float inference backend",
-    r"test_(add|sub|mul|div)_uint32": "integer arithmetic other than int32 is not a target of this "
-                                      "float inference backend",
-    r"test_clip_default_int8_.*": "int8 Clip is not a target of this float inference backend",
-    r"test_resize_.*antialias.*": "Resize antialias (opset 18) is not implemented",
-    r"test_resize_tf_crop_and_resize.*": "tf_crop_and_resize is not implemented (no mobile exporter emits it)",
-    r"test_resize_.*_keep_aspect_ratio.*": "keep_aspect_ratio_policy (opset 18) is not implemented",
-    r"test_convtranspose_3d": "3-D transposed convolution is not implemented",
-    r"test_maxpool_with_argmax_.*": "MaxPool's Indices output is not implemented",
-    r"test_maxpool_3d_.*|test_averagepool_3d_.*": "3-D pooling is not implemented",
     r"test_identity_(opt|sequence)": "optional and sequence types are not supported",
-    r"test_dropout_random_old": "training-mode Dropout draws random numbers; the result cannot be compared",
 }
 
 CASES = node_cases(INCLUDE, EXCLUDE)
