@@ -14,7 +14,7 @@ APT_PACKAGES=(
   vulkan-tools                                           # vulkaninfo: the probe reads Vulkan limits/features
   libfmt-dev cmake g++ make                              # Kompute's build
   python3-venv python3-dev                               # the virtual environment
-  xvfb xauth                                             # the demo's window test
+  xvfb xauth libxtst6                                    # the demo's window test (XTest key events)
   chromium                                               # the conformance HTML report test
 )
 

@@ -1,0 +1,1 @@
+"""The segmentation demo (``gpubackend-demo``): see :mod:`gpubackend.demo.app`."""

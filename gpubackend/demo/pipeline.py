@@ -1,0 +1,261 @@
+"""Capture -> inference -> display, each stage in its own thread, joined by one-slot mailboxes.
+
+A mailbox holds at most one item. A live source (webcam, paced synthetic scene) overwrites the
+item, so a slow consumer always gets the newest frame and stale ones are dropped: latency stays
+bounded by one frame per stage. Offline sources (files, headless runs) block instead, so every
+frame is processed in order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from .processing import mask_from_output, preprocess
+from .sources import FrameSource
+
+T = TypeVar("T")
+
+
+class Mailbox(Generic[T]):
+    """A one-slot, thread-safe box. ``put(item, overwrite=True)`` replaces an unread item (counted
+    in ``dropped``); ``overwrite=False`` waits until the slot is free."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._item: T | None = None
+        self._full = False
+        self._closed = False
+        self.dropped = 0
+
+    def put(self, item: T, overwrite: bool = True, timeout: float | None = None) -> bool:
+        """False if the mailbox is closed (or ``timeout`` passed while waiting)."""
+        with self._cond:
+            if not overwrite:
+                if not self._cond.wait_for(lambda: not self._full or self._closed, timeout):
+                    return False
+            if self._closed:
+                return False
+            if self._full:
+                self.dropped += 1
+            self._item, self._full = item, True
+            self._cond.notify_all()
+            return True
+
+    def get(self, timeout: float | None = None) -> T | None:
+        """The item (emptying the slot), or None on timeout or when closed and empty."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._full or self._closed, timeout):
+                return None
+            if not self._full:
+                return None
+            item, self._item, self._full = self._item, None, False
+            self._cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+@dataclass
+class Frame:
+    index: int
+    image: np.ndarray  # RGB uint8
+    t_capture: float
+
+
+@dataclass
+class Result:
+    frame: Frame
+    mask: np.ndarray  # model-size float32 mask in [0, 1]
+    infer_ms: float
+    path: str  # the session's path
+    requested: str
+    fallback_nodes: int
+    placement_counts: dict[str, int]
+
+
+class LatencyStats:
+    """Latency samples in ms: all of them for the summary, the recent ones for the HUD."""
+
+    def __init__(self, window: int = 120) -> None:
+        self.samples: list[float] = []
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def add(self, ms: float) -> None:
+        self.samples.append(ms)
+        self.recent.append(ms)
+
+    @staticmethod
+    def _pct(values: Any, q: float) -> float:
+        return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+    def percentile(self, q: float, recent: bool = False) -> float:
+        return self._pct(self.recent if recent else self.samples, q)
+
+    def summary(self) -> dict[str, float | None]:
+        if not self.samples:
+            return {"p50": None, "p95": None, "p99": None, "mean": None, "max": None}
+        a = np.asarray(self.samples)
+        return {
+            "p50": round(float(np.percentile(a, 50)), 3),
+            "p95": round(float(np.percentile(a, 95)), 3),
+            "p99": round(float(np.percentile(a, 99)), 3),
+            "mean": round(float(a.mean()), 3),
+            "max": round(float(a.max()), 3),
+        }
+
+
+class CaptureThread(threading.Thread):
+    """Reads the source into ``out``; stops at its end, after ``max_frames``, or on ``stop()``."""
+
+    def __init__(self, source: FrameSource, out: Mailbox[Frame], max_frames: int = 0) -> None:
+        super().__init__(name="capture", daemon=True)
+        self.source = source
+        self.out = out
+        self.max_frames = max_frames
+        self.error: BaseException | None = None
+        self.count = 0
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set() and (self.max_frames <= 0 or self.count < self.max_frames):
+                img = self.source.read()
+                if img is None:
+                    break
+                frame = Frame(self.count, img, time.perf_counter())
+                self.count += 1
+                while not self.out.put(frame, overwrite=self.source.live, timeout=0.1):
+                    if self._halt.is_set() or self.out.closed:
+                        return
+        except BaseException as exc:  # reported by the app, not a thread traceback
+            self.error = exc
+        finally:
+            self.out.close()
+
+
+class InferenceThread(threading.Thread):
+    """Owns the :class:`gpubackend.Session` (GPU contexts belong to the thread that made them),
+    takes the newest frame, runs the model, hands the result on. ``switch_path`` asks for a new
+    session on another path; if that fails the old one stays and ``last_error`` says why."""
+
+    def __init__(
+        self,
+        model: str,
+        path: str,
+        inbox: Mailbox[Frame],
+        out: Mailbox[Result],
+        lossless: bool,
+        session_factory: Callable[[str, str], Any] | None = None,
+    ) -> None:
+        super().__init__(name="inference", daemon=True)
+        self.model = model
+        self.requested = path
+        self.inbox = inbox
+        self.out = out
+        self.lossless = lossless
+        self.session_factory = session_factory or _make_session
+        self.session: Any = None
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.last_error = ""
+        self.session_seconds = 0.0
+        self.explain = ""
+        self.notes: list[str] = []
+        self._want_path: str | None = None
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._placement_counts: dict[str, int] = {}
+        self._fallback = 0
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def switch_path(self, path: str) -> None:
+        with self._lock:
+            self._want_path = path
+
+    def _open(self, path: str) -> None:
+        t0 = time.perf_counter()
+        sess = self.session_factory(self.model, path)
+        x = np.zeros((1, 3, 256, 256), np.float32)
+        sess.run({sess.input_names[0]: x})  # compile and warm up before the first frame
+        old, self.session, self.requested = self.session, sess, path
+        if old is not None and hasattr(old, "close"):
+            old.close()
+        self.session_seconds = time.perf_counter() - t0
+        counts: dict[str, int] = {}
+        for key in sess.placement.values():
+            counts[key] = counts.get(key, 0) + 1
+        self._placement_counts = counts
+        self._fallback = len(getattr(sess, "fallback_nodes", []))
+        self.explain = sess.explain() if hasattr(sess, "explain") else ""
+
+    def run(self) -> None:
+        try:
+            self._open(self.requested)
+        except BaseException as exc:
+            self.error = exc
+            self.ready.set()
+            self.out.close()
+            return
+        self.ready.set()
+        try:
+            while not self._halt.is_set():
+                with self._lock:
+                    want, self._want_path = self._want_path, None
+                if want is not None and want != self.requested:
+                    try:
+                        self._open(want)
+                        self.last_error = ""
+                    except Exception as exc:
+                        self.last_error = f"{want}: {exc}"
+                frame = self.inbox.get(timeout=0.1)
+                if frame is None:
+                    if self.inbox.closed:
+                        break
+                    continue
+                x = preprocess(frame.image)
+                t0 = time.perf_counter()
+                (y,) = self.session.run({self.session.input_names[0]: x})[:1]
+                ms = (time.perf_counter() - t0) * 1e3
+                res = Result(
+                    frame=frame,
+                    mask=mask_from_output(y),
+                    infer_ms=ms,
+                    path=self.session.path,
+                    requested=self.requested,
+                    fallback_nodes=self._fallback,
+                    placement_counts=dict(self._placement_counts),
+                )
+                while not self.out.put(res, overwrite=not self.lossless, timeout=0.1):
+                    if self._halt.is_set() or self.out.closed:
+                        return
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.out.close()
+            if self.session is not None and hasattr(self.session, "close"):
+                self.session.close()
+
+
+def _make_session(model: str, path: str) -> Any:
+    import gpubackend
+
+    return gpubackend.Session(model, path=path)
