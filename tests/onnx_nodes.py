@@ -57,3 +57,25 @@ def run_node_case(name: str, path: str, precision: str = "fp32", fallback: bool 
             else:
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} output {i} on {path}")
     return sess
+
+
+def check_node_case_on_path(name: str, path: str, precision: str = "fp32",
+                            rtol: float | None = None, atol: float | None = None) -> bool:
+    """Run case ``name`` on a GPU ``path``: with ``fallback=False`` when the path accepts every node
+    (returns True); when it declines some (a placement decision, with a reason), check instead that
+    with ``fallback=True`` exactly the declined nodes run on cpu and the results still match
+    (returns False)."""
+    from gpubackend.model import to_graph
+    from gpubackend.paths import create_path
+
+    case = all_cases()[name]
+    graph = to_graph(case.model)
+    gpu = create_path(path, precision)
+    declined = {n.name for n in graph.nodes if gpu.decline(n, graph) is not None}
+    if not declined:
+        run_node_case(name, path, precision, fallback=False, rtol=rtol, atol=atol)
+        return True
+    sess = run_node_case(name, path, precision, fallback=True, rtol=rtol, atol=atol)
+    on_cpu = {n for n, k in sess.placement.items() if k == "cpu"}
+    assert declined <= on_cpu, f"{name}: declined nodes {declined - on_cpu} did not go to cpu"
+    return False

@@ -1,0 +1,922 @@
+"""Compute kernels shared by the ``gles31`` and ``vulkan`` paths: pure, API-free generators
+(TFLite's ``GenerateCode``) that turn one graph node into frozen :class:`Kernel` records.
+
+A record names a GLSL file under ``shaders/compute/``, its few compile-time variant defines
+(``FP16``, ``ACT``, blocking), an ordered list of scalar parameters (every shape-dependent value:
+GL puts them in a std140 uniform buffer, Vulkan in push constants; both lay out 4-byte scalars
+identically), the storage-buffer bindings in binding order (runtime tensors and packed constant
+tensors), the workgroup counts and the local size. The runtimes do every driver call.
+
+Layout on the device: every float tensor of rank <= 4 is *packed*: its packed axis (axis 1,
+channels, for rank 4 NCHW, else the last axis) is innermost and grouped into vec4s zero-padded
+to a multiple of 4; the other axes keep their order (rank 4 -> PHWC4, i.e. N,H,W,C4). fp16
+storage keeps the same layout with each vec4 as 4 halves (two ``packHalf2x16`` words). Lanes past
+the channel count are always written as exact zeros.
+
+Declining is normal control flow: a generator raises :class:`Decline` with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+
+import shaders
+
+from ..graph import Graph, Node
+
+PRECISIONS = ("fp32", "fp16")
+ACT_CODES = {"Relu": 1, "Clip": 2, "LeakyRelu": 3, "HardSigmoid": 4, "HardSwish": 5, "Sigmoid": 6, "Tanh": 7}
+# Blocking factors; a different choice (e.g. for a real GPU) only changes these defaults.
+CONV_BX, CONV_CB = 8, 2
+GEMM_PX, GEMM_CB = 8, 2
+DW_BX = 4
+DW3_BX = 4  # the 3x3 strip variant (K3S = stride 1 or 2)
+CONVT_CB = 2
+MAX_GROUPS = 65535
+
+
+class Decline(Exception):  # noqa: N818 - declining is control flow, not an error
+    """This node cannot run as a compute kernel; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One storage buffer: ``role`` is "in" (a runtime tensor, or a graph constant the runtime
+    packs with :func:`pack`), "out" (a tensor the kernel writes), or "const" (``data``: an
+    already packed float32 array of shape (n, 4)); ``name`` is the tensor or constant's key.
+    ``fp32``: stored as float32 whatever the precision (convolution weights and biases: the
+    shaders declare them ``vec4``, which saves unpacking in the inner loop).
+    ``transform``: for an "in" binding of a graph input used as weights (ONNX allows runtime
+    weights), the host-side packing applied to the fed array at upload instead of :func:`pack`."""
+
+    role: str
+    name: str
+    data: np.ndarray | None = None
+    fp32: bool = False
+    transform: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    kernel: str  # short kernel name ("conv", "gemm", ...), as in disabled_kernels
+    shader: str  # path under shaders/, e.g. "compute/conv.comp"
+    defines: tuple[tuple[str, int], ...]  # the compile-time variant (FP16, ACT, blocking)
+    params: tuple[tuple[str, int | float], ...]  # in the order of the shader's Params block
+    bindings: tuple[Binding, ...]  # storage buffer binding 0, 1, ...
+    groups: tuple[int, int, int]
+    local_size: tuple[int, int, int]
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Zero-copy: ``dst`` is ``src``'s buffer reinterpreted (identical packed bytes)."""
+
+    src: str
+    dst: str
+    kernel: str = "layout"
+    node: str = ""
+
+
+Record = Kernel | Alias
+
+
+# ---- the packed layout (host side, NumPy) ----------------------------------------------------
+def view4(shape: tuple[int, ...]) -> tuple[tuple[int, int, int, int], int]:
+    """``shape`` left-padded to rank 4 and the index of its packed axis in that padded shape."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > 4:
+        raise Decline(f"rank {len(shape)} tensors are not supported (at most 4)")
+    if len(shape) == 4:
+        return shape, 1  # type: ignore[return-value]
+    return (1,) * (4 - len(shape)) + shape, 3  # type: ignore[return-value]
+
+
+def mem_dims(shape: tuple[int, ...]) -> tuple[int, int, int, int, int]:
+    """(d0, d1, d2, c4, c): the non-packed axes in memory order, vec4 blocks, channel count."""
+    s4, pa = view4(shape)
+    outer = [d for k, d in enumerate(s4) if k != pa]
+    c = s4[pa]
+    return outer[0], outer[1], outer[2], (c + 3) // 4, c
+
+
+def vec4_count(shape: tuple[int, ...]) -> int:
+    d0, d1, d2, c4, _ = mem_dims(shape)
+    return d0 * d1 * d2 * c4
+
+
+def pack(x: np.ndarray) -> np.ndarray:
+    """A float32 tensor in the packed layout, as an array of shape (vec4_count, 4)."""
+    x = np.asarray(x, dtype=np.float32)
+    s4, pa = view4(x.shape)
+    moved = np.moveaxis(x.reshape(s4), pa, -1)
+    c = s4[pa]
+    pad = (-c) % 4
+    if pad:
+        moved = np.concatenate([moved, np.zeros(moved.shape[:-1] + (pad,), np.float32)], axis=-1)
+    return np.ascontiguousarray(moved).reshape(-1, 4)
+
+
+def unpack(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of :func:`pack` (``data`` float32 or float16, any shape with the right size)."""
+    s4, pa = view4(shape)
+    c = s4[pa]
+    outer = [d for k, d in enumerate(s4) if k != pa]
+    arr = np.asarray(data).reshape(*outer, -1)[..., :c].astype(np.float32, copy=False)
+    return np.ascontiguousarray(np.moveaxis(arr, -1, pa)).reshape(shape)
+
+
+def as_storage(packed: np.ndarray, precision: str) -> np.ndarray:
+    """The bytes a buffer holds: float32, or float16 (== packHalf2x16 words, little-endian)."""
+    return np.ascontiguousarray(packed, dtype=np.float16 if precision == "fp16" else np.float32)
+
+
+def storage_bytes(shape: tuple[int, ...], precision: str) -> int:
+    return vec4_count(shape) * (8 if precision == "fp16" else 16)
+
+
+def _signature(shape: tuple[int, ...]) -> tuple | None:
+    s4, pa = view4(shape)
+    c = s4[pa]
+    if c != 1 and any(d != 1 for d in s4[pa + 1:]):
+        return None  # packed axis not innermost in row-major order: not a plain reinterpretation
+    return tuple(d for k, d in enumerate(s4) if k != pa and d != 1), c
+
+
+def same_layout(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """True when a tensor of shape ``a`` reshaped to ``b`` has identical packed bytes."""
+    if math.prod(a) != math.prod(b) or len(a) > 4 or len(b) > 4:
+        return False
+    sa = _signature(a)
+    return sa is not None and sa == _signature(b)
+
+
+# ---- shader sources and parameters --------------------------------------------------------------
+_PARAMS = re.compile(r"PARAMS_BEGIN(.*?)PARAMS_END", re.S)
+
+
+@cache
+def param_layout(shader: str) -> tuple[tuple[str, str], ...]:
+    """(type, name) of each scalar in the shader's Params block, in order."""
+    m = _PARAMS.search(shaders.read(shader))
+    if m is None:
+        return ()
+    out = []
+    body = re.sub(r"//[^\n]*", "", m.group(1))
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if decl:
+            typ, name = decl.split()
+            if typ not in ("int", "float"):
+                raise ValueError(f"{shader}: parameter {name} has type {typ}; only int and float are allowed")
+            out.append((typ, name))
+    return tuple(out)
+
+
+def pack_params(k: Kernel) -> bytes:
+    """The parameter block's bytes (std140 UBO and push constants alike), padded to 16 bytes."""
+    layout = param_layout(k.shader)
+    names = [n for n, _ in k.params]
+    if names != [n for _, n in layout]:
+        raise ValueError(f"{k.shader}: record parameters {names} do not match the shader's {[n for _, n in layout]}")
+    words = np.zeros(max(4, -(-len(layout) // 4) * 4), np.uint32)
+    for i, ((typ, _), (_, v)) in enumerate(zip(layout, k.params)):
+        words[i] = np.array(v, np.int32 if typ == "int" else np.float32).view(np.uint32)
+    return words.tobytes()
+
+
+def glsl_source(k: Kernel | tuple[str, tuple[tuple[str, int], ...], tuple[int, int, int]], api: str = "gles31") -> str:
+    """The complete source of a record (or of ``(shader, defines, local_size)``) for ``api``:
+    "gles31" (``#version 310 es``, local size as defines) or "vulkan" (``#version 450``; local
+    size from specialization constants 0, 1, 2). glslang (``-V``) and shaderc predefine ``VULKAN``
+    when targeting Vulkan, which selects the prelude's Vulkan branch; do not pass ``-DVULKAN``
+    too (glslang rejects the redefinition)."""
+    shader, defines, local = (k.shader, k.defines, k.local_size) if isinstance(k, Kernel) else k
+    d: dict[str, object] = dict(defines)
+    if api == "vulkan":
+        return shaders.source(shader, "450", d)
+    d.update(LOCAL_X=local[0], LOCAL_Y=local[1], LOCAL_Z=local[2])
+    return shaders.source(shader, "310 es", d)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def _shape(graph: Graph, name: str) -> tuple[int, ...]:
+    s = graph.shape(name)
+    if s is None:
+        raise Decline(f"the shape of {name!r} is not known statically")
+    return tuple(int(d) for d in s)
+
+
+def _float_tensor(graph: Graph, name: str) -> tuple[int, ...]:
+    dt = graph.constants[name].dtype if name in graph.constants else graph.dtypes.get(name, np.dtype(np.float32))
+    if np.dtype(dt) != np.float32:
+        raise Decline(f"{name!r} is {np.dtype(dt)}; compute kernels handle float32 tensors only")
+    shape = _shape(graph, name)
+    view4(shape)
+    if math.prod(shape) == 0:
+        raise Decline(f"{name!r} is empty")
+    return shape
+
+
+def _const(graph: Graph, node: Node, idx: int, what: str) -> np.ndarray | None:
+    if idx >= len(node.inputs) or not node.inputs[idx]:
+        return None
+    name = node.inputs[idx]
+    if name not in graph.constants:
+        raise Decline(f"{what} ({name!r}) must be a constant")
+    return np.asarray(graph.constants[name])
+
+
+def _source(graph: Graph, node: Node, idx: int, what: str, key: str,
+            fn: Callable[[np.ndarray | None], np.ndarray]) -> Binding:
+    """A weight-like input packed by ``fn``: at compile time for a constant (or an absent
+    optional input, ``fn(None)``), at upload for a graph input."""
+    name = node.inputs[idx] if idx < len(node.inputs) else ""
+    if not name:
+        return Binding("const", key, fn(None), True)
+    if name in graph.constants:
+        return Binding("const", key, fn(np.asarray(graph.constants[name], np.float32)), True)
+    if name in graph.inputs and graph.shape(name) is not None:
+        _float_tensor(graph, name)
+        return Binding("in", name, None, True, lambda v: fn(np.asarray(v, np.float32)))
+    raise Decline(f"{what} ({name!r}) must be a constant or a graph input")
+
+
+def _pow2_at_least(n: int, cap: int) -> int:
+    p = 1
+    while p < n and p < cap:
+        p *= 2
+    return p
+
+
+def _local_3d(gx: int, gy: int, gz: int, total: int = 64) -> tuple[int, int, int]:
+    lx = _pow2_at_least(gx, 8)
+    ly = _pow2_at_least(gy, max(1, total // lx))
+    lz = _pow2_at_least(gz, max(1, total // (lx * ly)))
+    return lx, ly, lz
+
+
+def _grid_3d(gx: int, gy: int, gz: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    local = _local_3d(gx, gy, gz)
+    groups = (-(-gx // local[0]), -(-gy // local[1]), -(-gz // local[2]))
+    if max(groups) > MAX_GROUPS:
+        raise Decline(f"dispatch of {groups} workgroups exceeds {MAX_GROUPS} per axis")
+    return groups, local
+
+
+def _grid_rows(items: int, gy: int, gz: int, local: int = 64) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """1-D invocations along x (``items``), one workgroup per (y, z): y and z are uniform."""
+    lx = _pow2_at_least(items, local)
+    groups = (-(-items // lx), gy, gz)
+    if max(groups) > MAX_GROUPS:
+        raise Decline(f"dispatch of {groups} workgroups exceeds {MAX_GROUPS} per axis")
+    return groups, (lx, 1, 1)
+
+
+def _grid_flat(total: int, local: int = 64) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    groups = max(1, -(-total // local))
+    gx = min(groups, MAX_GROUPS)
+    return (gx, -(-groups // gx), 1), (local, 1, 1)
+
+
+def _variant(precision: str, **extra: int) -> tuple[tuple[str, int], ...]:
+    d = [("FP16", 1)] if precision == "fp16" else []
+    return tuple(d + sorted(extra.items()))
+
+
+def _act(node: Node) -> tuple[int, float, float]:
+    act = node.attrs.get("_act")
+    if act is None:
+        return 0, 0.0, 0.0
+    op, p = act
+    if op not in ACT_CODES:
+        raise Decline(f"fused activation {op} has no compute kernel")
+    a0, a1 = {"Clip": (p.get("min", -np.inf), p.get("max", np.inf)), "LeakyRelu": (p.get("alpha", 0.01), 0.0),
+              "HardSigmoid": (p.get("alpha", 0.2), p.get("beta", 0.5))}.get(op, (0.0, 0.0))
+    clip = float(np.finfo(np.float32).max)
+    return ACT_CODES[op], float(np.clip(a0, -clip, clip)), float(np.clip(a1, -clip, clip))
+
+
+def _bias(b: np.ndarray | None, co: int, co4p: int) -> np.ndarray:
+    out = np.zeros(co4p * 4, np.float32)
+    if b is not None:
+        out[:co] = np.asarray(b, np.float32).reshape(-1)
+    return out.reshape(-1, 4)
+
+
+def _pack_blocks(wd: np.ndarray, co4p: int) -> np.ndarray:
+    """Dense weights (co, ci, kh, kw) -> [co4][ky][kx][ci4] blocks of 4 vec4: vec4 j of a block
+    holds the 4 output channels' weights of input lane j."""
+    co, ci, kh, kw = wd.shape
+    ci4 = (ci + 3) // 4
+    full = np.zeros((co4p * 4, ci4 * 4, kh, kw), np.float32)
+    full[:co, :ci] = wd
+    blocks = full.reshape(co4p, 4, ci4, 4, kh, kw).transpose(0, 4, 5, 2, 3, 1)
+    return np.ascontiguousarray(blocks).reshape(-1, 4)
+
+
+def _grouped_dense(w: np.ndarray, group: int, transpose: bool) -> np.ndarray:
+    """(co, ci, kh, kw) dense weights from Conv (co, ci/g, ...) or ConvTranspose (ci, co/g, ...)."""
+    w = np.asarray(w, np.float32)
+    if transpose:
+        ci, cog, kh, kw = w.shape
+        co, cig = cog * group, ci // group
+        dense = np.zeros((co, ci, kh, kw), np.float32)
+        for g in range(group):
+            dense[g * cog:(g + 1) * cog, g * cig:(g + 1) * cig] = w[g * cig:(g + 1) * cig].transpose(1, 0, 2, 3)
+        return dense
+    co, cig, kh, kw = w.shape
+    if group == 1:
+        return w
+    cog = co // group
+    dense = np.zeros((co, cig * group, kh, kw), np.float32)
+    for g in range(group):
+        dense[g * cog:(g + 1) * cog, g * cig:(g + 1) * cig] = w[g * cog:(g + 1) * cog]
+    return dense
+
+
+def _ints(node: Node, name: str, default: list[int]) -> list[int]:
+    v = node.attrs.get(name)
+    return default if v is None else [int(a) for a in np.asarray(v).reshape(-1)]
+
+
+def _conv_geometry(node: Node, graph: Graph, transpose: bool = False) -> dict[str, int]:
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = _float_tensor(graph, x), _shape(graph, y)
+    if len(xs) != 4 or len(ys) != 4:
+        raise Decline(f"only 2-D {'transposed ' if transpose else ''}convolution (rank 4 NCHW) is supported")
+    if len(node.inputs) < 2 or not node.inputs[1]:
+        raise Decline("no weight")
+    wshape = _shape(graph, node.inputs[1])
+    if len(wshape) != 4:
+        raise Decline(f"weight of rank {len(wshape)}")
+    kh, kw = wshape[2], wshape[3]
+    sh, sw = _ints(node, "strides", [1, 1])
+    dh, dw = _ints(node, "dilations", [1, 1])
+    auto = str(node.attrs.get("auto_pad", "NOTSET"))
+    ih, iw, oh, ow = xs[2], xs[3], ys[2], ys[3]
+    if transpose:
+        if auto in ("SAME_UPPER", "SAME_LOWER") or node.attrs.get("output_shape") is not None:
+            pads = []
+            for ilen, olen, s, d, k in ((ih, oh, sh, dh, kh), (iw, ow, sw, dw, kw)):
+                opad = 0
+                total = s * (ilen - 1) + opad + (k - 1) * d + 1 - olen
+                total = max(total, 0)
+                pads.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+            pt, pl = pads
+        else:
+            pt, pl = _ints(node, "pads", [0, 0, 0, 0])[:2] if auto != "VALID" else (0, 0)
+    else:
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = []
+            for ilen, s, d, k in ((ih, sh, dh, kh), (iw, sw, dw, kw)):
+                total = max(0, (-(-ilen // s) - 1) * s + (k - 1) * d + 1 - ilen)
+                pads.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+            pt, pl = pads
+        elif auto == "VALID":
+            pt, pl = 0, 0
+        else:
+            p4 = _ints(node, "pads", [0, 0, 0, 0])
+            pt, pl = p4[0], p4[1]
+            if (ih + p4[0] + p4[2] - (kh - 1) * dh - 1) // sh + 1 != oh or \
+               (iw + p4[1] + p4[3] - (kw - 1) * dw - 1) // sw + 1 != ow:
+                raise Decline("output shape does not match the convolution's attributes")
+    return dict(n=xs[0], ih=ih, iw=iw, ci=xs[1], oh=oh, ow=ow, co=ys[1], kh=kh, kw=kw, sh=sh, sw=sw,
+                pt=pt, pl=pl, dh=dh, dw=dw, group=int(node.attrs.get("group", 1)), wc1=wshape[1])
+
+
+# ---- generators ----------------------------------------------------------------------------------
+def _conv1x1(node: Node, graph: Graph, precision: str) -> list[Record]:
+    g = _conv_geometry(node, graph)
+    if (g["kh"], g["kw"], g["sh"], g["sw"], g["pt"], g["pl"], g["group"]) != (1, 1, 1, 1, 0, 0, 1) \
+            or (g["oh"], g["ow"]) != (g["ih"], g["iw"]):
+        raise Decline("not a 1x1 stride-1 unpadded ungrouped convolution")
+    co, ci = g["co"], g["ci"]
+    return [_gemm_record(node, graph, precision, node.inputs[0], node.outputs[0], g["n"] * g["ih"] * g["iw"], co, ci,
+                         lambda w: w.reshape(co, ci), 2, lambda b: b, "conv1x1")]
+
+
+def _gemm_record(node: Node, graph: Graph, precision: str, x: str, y: str, rows: int, co: int, ci: int,
+                 to_wd: Callable[[np.ndarray], np.ndarray], bias_idx: int,
+                 to_bias: Callable[[np.ndarray], np.ndarray], kernel: str) -> Kernel:
+    """y = x @ wd.T + b with ``to_wd(input 1) -> wd`` (co, ci) and ``to_bias(input bias_idx)``."""
+    co4, ci4 = (co + 3) // 4, (ci + 3) // 4
+    cob = -(-co4 // GEMM_CB)
+    act, a0, a1 = _act(node)
+    groups, local = _grid_rows(-(-rows // GEMM_PX), cob, 1)
+    wsrc = _source(graph, node, 1, "the weight", f"{node.name}/w",
+                   lambda w: _pack_blocks(to_wd(w)[:, :, None, None], cob * GEMM_CB))
+    bsrc = _source(graph, node, bias_idx, "the bias", f"{node.name}/b",
+                   lambda b: _bias(None if b is None else to_bias(b), co, cob * GEMM_CB))
+    return Kernel(kernel, "compute/gemm.comp", _variant(precision, ACT=act, PX=GEMM_PX, CB=GEMM_CB),
+                  (("rows", rows), ("ci4", ci4), ("co4", co4), ("co", co), ("cob", cob), ("act0", a0), ("act1", a1),
+                   ("oc4s", co4), ("oc4o", 0)),
+                  (Binding("in", x), wsrc, bsrc, Binding("out", y)), groups, local, node.name)
+
+
+def _depthwise(node: Node, graph: Graph, precision: str) -> list[Record]:
+    g = _conv_geometry(node, graph)
+    if not (g["group"] == g["ci"] == g["co"] and g["group"] > 1 and g["wc1"] == 1):
+        raise Decline("not a depthwise convolution (group == in == out channels)")
+    c, c4 = g["co"], (g["co"] + 3) // 4
+
+    def pack_w(w: np.ndarray) -> np.ndarray:
+        wp = np.zeros((c4 * 4, g["kh"], g["kw"]), np.float32)
+        wp[:c] = w[:, 0]
+        return np.ascontiguousarray(wp.reshape(c4, 4, g["kh"], g["kw"]).transpose(0, 2, 3, 1)).reshape(-1, 4)
+
+    act, a0, a1 = _act(node)
+    extra = {"ACT": act, "BX": DW_BX}
+    if DW3_BX and (g["kh"], g["kw"], g["dh"], g["dw"]) == (3, 3, 1, 1) and g["sh"] == g["sw"] and g["sh"] in (1, 2):
+        extra.update(BX=DW3_BX, K3S=g["sh"])
+    groups, local = _grid_rows(g["oh"] * -(-g["ow"] // extra["BX"]), c4, g["n"])
+    params = tuple((k, g[k]) for k in ("n", "ih", "iw")) + (("c4s", c4),) + tuple(
+        (k, g[k]) for k in ("oh", "ow")) + (("c", c),) + tuple(
+        (k, g[k]) for k in ("kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw")) + (
+        ("act0", a0), ("act1", a1), ("oc4s", c4), ("oc4o", 0))
+    return [Kernel("depthwise", "compute/depthwise.comp", _variant(precision, **extra), params,
+                   (Binding("in", node.inputs[0]), _source(graph, node, 1, "the weight", f"{node.name}/w", pack_w),
+                    _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, c, c4)),
+                    Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
+def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> list[Record]:
+    g = _conv_geometry(node, graph, transpose)
+    group = g["group"]
+    dense = (g["wc1"] * group, g["ci"]) if transpose else (g["co"], g["wc1"] * group)
+    if dense != (g["co"], g["ci"]) or g["ci"] % group or g["co"] % group:
+        raise Decline(f"weight shape {_shape(graph, node.inputs[1])} does not match {g['ci']} -> {g['co']} "
+                      f"channels in {group} groups")
+    co4, ci4 = (g["co"] + 3) // 4, (g["ci"] + 3) // 4
+    cbk = CONVT_CB if transpose else CONV_CB
+    cob = -(-co4 // cbk)
+    act, a0, a1 = _act(node)
+    if transpose:
+        groups, local = _grid_rows(g["ow"] * g["oh"], cob, g["n"])
+        defines = _variant(precision, ACT=act, CB=cbk)
+    else:
+        groups, local = _grid_rows(g["oh"] * -(-g["ow"] // CONV_BX), cob, g["n"])
+        defines = _variant(precision, ACT=act, BX=CONV_BX, CB=cbk)
+    params = tuple((k, g[k]) for k in ("n", "ih", "iw")) + (("ci4", ci4),) + tuple(
+        (k, g[k]) for k in ("oh", "ow")) + (("co4", co4), ("co", g["co"])) + tuple(
+        (k, g[k]) for k in ("kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw")) + (
+        ("cob", cob), ("act0", a0), ("act1", a1), ("oc4s", co4), ("oc4o", 0))
+    name = "convtranspose" if transpose else "conv"
+    return [Kernel(name, f"compute/{name}.comp", defines, params,
+                   (Binding("in", node.inputs[0]),
+                    _source(graph, node, 1, "the weight", f"{node.name}/w",
+                            lambda w: _pack_blocks(_grouped_dense(w, group, transpose), cob * cbk)),
+                    _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, g["co"], cob * cbk)),
+                    Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
+def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
+    return _conv_like(node, graph, precision, False)
+
+
+def _convtranspose(node: Node, graph: Graph, precision: str) -> list[Record]:
+    return _conv_like(node, graph, precision, True)
+
+
+def _gemm(node: Node, graph: Graph, precision: str) -> list[Record]:
+    a = node.inputs[0]
+    shape = _float_tensor(graph, a)
+    if len(shape) != 2:
+        raise Decline("Gemm input must be rank 2")
+    if int(node.attrs.get("transA", 0)):
+        raise Decline("transA=1 on a runtime A")
+    trans_b = int(node.attrs.get("transB", 0))
+    alpha, beta = np.float32(node.attrs.get("alpha", 1.0)), np.float32(node.attrs.get("beta", 1.0))
+    bs = _shape(graph, node.inputs[1])
+    if len(bs) != 2:
+        raise Decline("B must be rank 2")
+    n_out, k = (bs[0], bs[1]) if trans_b else (bs[1], bs[0])
+    if len(node.inputs) > 2 and node.inputs[2]:
+        cs = _shape(graph, node.inputs[2])
+        if math.prod(cs) not in (1, n_out) or (len(cs) == 2 and cs[0] != 1):
+            raise Decline(f"C of shape {cs} is not a per-column bias")
+    return [_gemm_record(node, graph, precision, a, node.outputs[0], shape[0], n_out, k,
+                         lambda b: (b if trans_b else b.T) * alpha, 2,
+                         lambda c: np.broadcast_to(c.reshape(-1), (n_out,)) * beta, "gemm")]
+
+
+def _matmul(node: Node, graph: Graph, precision: str) -> list[Record]:
+    a, bname = node.inputs[0], node.inputs[1]
+    sa, sb, sy = _float_tensor(graph, a), _float_tensor(graph, bname), _shape(graph, node.outputs[0])
+    if len(sa) < 2 or len(sb) < 2 or len(sa) == 4 or len(sb) == 4:
+        raise Decline("MatMul operands must be rank 2 or 3 (rank 4 tensors are channel-packed)")
+    if bname in graph.constants and len(sb) == 2:
+        return [_gemm_record(node, graph, precision, a, node.outputs[0], math.prod(sa[:-1]), sb[1], sb[0],
+                             lambda b: b.T, 2, lambda b: b, "matmul")]
+    if "_act" in node.attrs:
+        raise Decline("a fused activation on MatMul of two runtime tensors")
+    batch = sy[0] if len(sy) == 3 else 1
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    k4, n4 = (k + 3) // 4, (n + 3) // 4
+    a_stride = m * k4 if len(sa) == 3 and sa[0] > 1 else 0
+    b_stride = k * n4 if len(sb) == 3 and sb[0] > 1 else 0
+    groups, local = _grid_3d(n4, m, batch)
+    return [Kernel("matmul", "compute/matmul.comp", _variant(precision),
+                   (("batch", batch), ("m", m), ("k", k), ("k4", k4), ("n4", n4), ("n", n),
+                    ("a_stride", a_stride), ("b_stride", b_stride)),
+                   (Binding("in", a), Binding("in", bname), Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
+_BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6}
+
+
+def _operand(graph: Graph, name: str, out_shape: tuple[int, ...], key: str) -> tuple[Binding, list[int], int]:
+    shape = _float_tensor(graph, name)
+    r = len(out_shape)
+    if len(shape) > r:
+        raise Decline(f"{name!r} has a higher rank than the output")
+    padded = (1,) * (r - len(shape)) + shape
+    if name in graph.constants:
+        binding = Binding("const", key, pack(np.asarray(graph.constants[name], np.float32).reshape(padded)))
+    else:
+        if len(shape) != r and not same_layout(shape, padded):
+            raise Decline(f"runtime operand {name!r} of rank {len(shape)} broadcast to rank {r} "
+                          "has a different packed layout")
+        binding = Binding("in", name)
+    s4, pa = view4(padded)
+    o4, _ = view4(out_shape)
+    c = s4[pa]
+    c4 = (c + 3) // 4
+    axes = [k for k in range(4) if k != pa]
+    strides = [0, 0, 0]
+    step = c4
+    for j in (2, 1, 0):
+        k = axes[j]
+        strides[j] = 0 if s4[k] == 1 else step
+        step *= s4[k]
+    splat = int(c == 1 and o4[pa] > 1)
+    return binding, strides + [0 if splat else 1], splat
+
+
+def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
+    if len([i for i in node.inputs if i]) != 2:
+        raise Decline(f"{node.op_type} with {len(node.inputs)} inputs (2 supported)")
+    y = node.outputs[0]
+    ys = _shape(graph, y)
+    view4(ys)
+    ba, sa, fa = _operand(graph, node.inputs[0], ys, f"{node.name}/a")
+    bb, sb, fb = _operand(graph, node.inputs[1], ys, f"{node.name}/b")
+    d0, d1, d2, c4, c = mem_dims(ys)
+    total = d0 * d1 * d2 * c4
+    groups, local = _grid_flat(total)
+    params = (("d0", d0), ("d1", d1), ("d2", d2), ("c4s", c4), ("c", c), ("op", _BINARY_OPS[node.op_type]),
+              ("a0", sa[0]), ("a1", sa[1]), ("a2", sa[2]), ("a3", sa[3]), ("a_splat", fa),
+              ("b0", sb[0]), ("b1", sb[1]), ("b2", sb[2]), ("b3", sb[3]), ("b_splat", fb))
+    return [Kernel("binary", "compute/binary.comp", _variant(precision), params, (ba, bb, Binding("out", y)),
+                   groups, local, node.name)]
+
+
+def _unary(node: Node, graph: Graph, precision: str) -> list[Record]:
+    from ..model import activation_of
+
+    spec = activation_of(node, graph)
+    if spec is None:
+        raise Decline(f"{node.op_type} parameters must be constants")
+    x = node.inputs[0]
+    shape = _float_tensor(graph, x)
+    code, a0, a1 = _act(Node(node.name, "", [], [], {"_act": spec}))
+    d0, d1, d2, c4, c = mem_dims(shape)
+    total = d0 * d1 * d2 * c4
+    groups, local = _grid_flat(total)
+    return [Kernel("unary", "compute/unary.comp", _variant(precision, ACT=code),
+                   (("total", total), ("c4s", c4), ("c", c), ("act0", a0), ("act1", a1)),
+                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
+def _pool(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x, y = node.inputs[0], node.outputs[0]
+    if len([o for o in node.outputs if o]) > 1:
+        raise Decline("MaxPool Indices output")
+    xs, ys = _float_tensor(graph, x), _shape(graph, y)
+    if len(xs) != 4:
+        raise Decline("only 2-D pooling (rank 4 NCHW)")
+    kh, kw = _ints(node, "kernel_shape", [])
+    sh, sw = _ints(node, "strides", [1, 1])
+    dh, dw = _ints(node, "dilations", [1, 1])
+    auto = str(node.attrs.get("auto_pad", "NOTSET"))
+    ih, iw, oh, ow = xs[2], xs[3], ys[2], ys[3]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for ilen, olen, s, d, k in ((ih, oh, sh, dh, kh), (iw, ow, sw, dw, kw)):
+            total = max(0, (olen - 1) * s + (k - 1) * d + 1 - ilen)
+            pads.append((total // 2, total - total // 2) if auto == "SAME_UPPER" else (total - total // 2, total // 2))
+        (pt, pb), (pl, pr) = pads
+    elif auto == "VALID":
+        pt = pl = pb = pr = 0
+    else:
+        pt, pl, pb, pr = _ints(node, "pads", [0, 0, 0, 0])
+    c4 = (xs[1] + 3) // 4
+    groups, local = _grid_3d(ow, oh, xs[0] * c4)
+    is_max = int(node.op_type == "MaxPool")
+    params = (("n", xs[0]), ("ih", ih), ("iw", iw), ("c4s", c4), ("oh", oh), ("ow", ow), ("c", xs[1]),
+              ("kh", kh), ("kw", kw), ("sh", sh), ("sw", sw), ("pt", pt), ("pl", pl), ("dh", dh), ("dw", dw),
+              ("pb", pb), ("pr", pr), ("is_max", is_max), ("include_pad", int(node.attrs.get("count_include_pad", 0))),
+              ("oc4s", c4), ("oc4o", 0))
+    return [Kernel("pool", "compute/pool.comp", _variant(precision), params,
+                   (Binding("in", x), Binding("out", y)), groups, local, node.name)]
+
+
+def _globalpool(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x = node.inputs[0]
+    xs = _float_tensor(graph, x)
+    if len(xs) != 4:
+        raise Decline("only 2-D global pooling (rank 4 NCHW)")
+    c4 = (xs[1] + 3) // 4
+    groups, local = _grid_flat(xs[0] * c4, 16)
+    return [Kernel("globalpool", "compute/globalpool.comp", _variant(precision),
+                   (("n", xs[0]), ("hw", xs[2] * xs[3]), ("c4s", c4), ("c", xs[1]),
+                    ("is_max", int(node.op_type == "GlobalMaxPool"))),
+                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
+_COORD = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3, "tf_half_pixel_for_nn": 4}
+_NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
+
+
+def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = _float_tensor(graph, x), _shape(graph, y)
+    if len(xs) != 4:
+        raise Decline("only 2-D resize (rank 4 NCHW)")
+    if xs[:2] != ys[:2]:
+        raise Decline("resize of the batch or channel axis")
+    mode = str(node.attrs.get("mode", "nearest"))
+    if mode not in ("nearest", "linear"):
+        raise Decline(f"mode {mode!r} (nearest and linear are supported)")
+    if node.op_type == "Upsample":
+        coord, nearest = "asymmetric", "floor"
+        scales = node.attrs.get("scales")
+        if scales is None:
+            scales = _const(graph, node, 1, "scales")
+    else:
+        coord = str(node.attrs.get("coordinate_transformation_mode", "half_pixel"))
+        nearest = str(node.attrs.get("nearest_mode", "round_prefer_floor"))
+        if graph.opset < 11:
+            coord = "asymmetric"
+        if int(node.attrs.get("antialias", 0)) or node.attrs.get("axes") is not None:
+            raise Decline("antialias / axes")
+        if str(node.attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+            raise Decline("keep_aspect_ratio_policy")
+        scales = _const(graph, node, 1 if graph.opset < 11 else 2, "scales")
+        if scales is not None and scales.size == 0:
+            scales = None
+        if scales is None:
+            scales = np.asarray([o / i for o, i in zip(ys, xs)], np.float64)
+    if coord not in _COORD or nearest not in _NEAREST:
+        raise Decline(f"coordinate mode {coord!r} / nearest mode {nearest!r}")
+    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
+        raise Decline(f"scales {scales}")
+    c4 = (xs[1] + 3) // 4
+    groups, local = _grid_3d(ys[3], ys[2], xs[0] * c4)
+    params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
+              ("linear", int(mode == "linear")), ("coord", _COORD[coord]), ("nearest", _NEAREST[nearest]),
+              ("scale_h", scales[2]), ("scale_w", scales[3]), ("oc4s", c4), ("oc4o", 0))
+    return [Kernel("resize", "compute/resize.comp", _variant(precision), params,
+                   (Binding("in", x), Binding("out", y)), groups, local, node.name)]
+
+
+def _concat(node: Node, graph: Graph, precision: str) -> list[Record]:
+    y = node.outputs[0]
+    ys = _shape(graph, y)
+    r = len(ys)
+    axis = int(node.attrs.get("axis", 0))
+    axis = axis + r if axis < 0 else axis
+    o4, pa = view4(ys)
+    ax4 = axis + 4 - r
+    d0, d1, d2, oc4, oc = mem_dims(ys)
+    mem_axes = [k for k in range(4) if k != pa]
+    out: list[Record] = []
+    offset = 0
+    for idx, name in enumerate(node.inputs):
+        if not name:
+            continue
+        shape = _float_tensor(graph, name)
+        if len(shape) != r:
+            raise Decline("Concat inputs of different ranks")
+        e0, e1, e2, ic4, ic = mem_dims(shape)
+        offs = [0, 0, 0]
+        coff = 0
+        if ax4 == pa:
+            coff = offset
+        else:
+            offs[mem_axes.index(ax4)] = offset
+        offset += shape[axis]
+        lo = coff // 4
+        nc4 = -(-(coff + ic) // 4) - lo
+        groups, local = _grid_flat(e0 * e1 * e2 * nc4)
+        b = Binding("const", f"{node.name}/in{idx}", pack(graph.constants[name])) if name in graph.constants \
+            else Binding("in", name)
+        params = (("e0", e0), ("e1", e1), ("e2", e2), ("in_c4s", ic4), ("in_c", ic), ("nc4", nc4), ("c4_lo", lo),
+                  ("od1", d1), ("od2", d2), ("out_c4s", oc4), ("out_c", oc), ("o0", offs[0]), ("o1", offs[1]),
+                  ("o2", offs[2]), ("coff", coff))
+        out.append(Kernel("concat", "compute/concat.comp", _variant(precision), params, (b, Binding("out", y)),
+                          groups, local, node.name))
+    return out
+
+
+def _softmax(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x = node.inputs[0]
+    xs = _float_tensor(graph, x)
+    r = len(xs)
+    axis = int(node.attrs.get("axis", -1 if graph.opset >= 13 else 1))
+    axis = axis + r if axis < 0 else axis
+    s4, pa = view4(xs)
+    if axis + 4 - r != pa:
+        packed = "channels" if r == 4 else "last"
+        raise Decline(f"softmax along axis {axis}: only the packed axis ({packed}) is supported")
+    if graph.opset < 13 and any(d != 1 for d in xs[axis + 1:]):
+        raise Decline("opset < 13 softmax flattens the trailing axes")
+    d0, d1, d2, c4, c = mem_dims(xs)
+    rows = d0 * d1 * d2
+    groups, local = _grid_flat(rows, 16)
+    return [Kernel("softmax", "compute/softmax.comp", _variant(precision),
+                   (("rows", rows), ("c4s", c4), ("c", c), ("log_out", int(node.op_type == "LogSoftmax"))),
+                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
+def _pad(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x, y = node.inputs[0], node.outputs[0]
+    xs, ys = _float_tensor(graph, x), _shape(graph, y)
+    if len(xs) != 4:
+        raise Decline("only rank 4 Pad")
+    mode = str(node.attrs.get("mode", "constant"))
+    if mode not in ("constant", "reflect", "edge"):
+        raise Decline(f"Pad mode {mode!r}")
+    if graph.opset >= 11:
+        pads = _const(graph, node, 1, "pads")
+        value = _const(graph, node, 2, "constant_value")
+        if _const(graph, node, 3, "axes") is not None:
+            raise Decline("Pad with axes")
+        value = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
+    else:
+        pads = node.attrs.get("pads")
+        value = float(node.attrs.get("value", 0.0))
+    p = [int(v) for v in np.asarray(pads).reshape(-1)]
+    if len(p) != 8 or p[0] or p[1] or p[4] or p[5] or min(p) < 0:
+        raise Decline(f"pads {p}: only non-negative padding of H and W")
+    c4 = (xs[1] + 3) // 4
+    groups, local = _grid_3d(ys[3], ys[2], xs[0] * c4)
+    params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
+              ("pt", p[2]), ("pl", p[3]), ("mode", {"constant": 0, "reflect": 1, "edge": 2}[mode]), ("value", value))
+    return [Kernel("pad", "compute/pad.comp", _variant(precision), params,
+                   (Binding("in", x), Binding("out", y)), groups, local, node.name)]
+
+
+def _layout(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x, y = node.inputs[0], node.outputs[0]
+    if x in graph.constants:
+        raise Decline("layout op on a constant (folded on the host)")
+    xs, ys = _float_tensor(graph, x), _shape(graph, y)
+    view4(ys)
+    if node.op_type == "Reshape" and len(node.inputs) > 1 and node.inputs[1] not in graph.constants:
+        raise Decline("Reshape with a runtime shape")
+    if node.op_type in ("Squeeze", "Unsqueeze") and len(node.inputs) > 1 and node.inputs[1] \
+            and node.inputs[1] not in graph.constants:
+        raise Decline(f"{node.op_type} with runtime axes")
+    perm = [0, 1, 2, 3]
+    mode = 0
+    if node.op_type == "Transpose":
+        r = len(xs)
+        pr = _ints(node, "perm", list(range(r))[::-1])
+        if pr == list(range(r)):
+            return [Alias(x, y, "layout", node.name)]
+        lead = 4 - r
+        perm = list(range(lead)) + [v + lead for v in pr]
+        mode = 1
+    elif same_layout(xs, ys):
+        return [Alias(x, y, "layout", node.name)]
+    i4, ipa = view4(xs)
+    o4, opa = view4(ys)
+    total = vec4_count(ys)
+    groups, local = _grid_flat(total)
+    params = (("os0", o4[0]), ("os1", o4[1]), ("os2", o4[2]), ("os3", o4[3]), ("opa", opa),
+              ("is0", i4[0]), ("is1", i4[1]), ("is2", i4[2]), ("is3", i4[3]), ("ipa", ipa),
+              ("mode", mode), ("perm0", perm[0]), ("perm1", perm[1]), ("perm2", perm[2]), ("perm3", perm[3]))
+    return [Kernel("layout", "compute/relayout.comp", _variant(precision), params,
+                   (Binding("in", x), Binding("out", y)), groups, local, node.name)]
+
+
+_VIEW_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/resize.comp", "compute/gemm.comp",
+                 "compute/depthwise.comp", "compute/pool.comp"}
+
+
+def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
+    """Channel Concat without copies where possible: an input produced by a single-dispatch
+    kernel that writes through an output view (``oc4s``/``oc4o``), read by nothing but the
+    Concat and not in ``keep`` (tensors needed outside), at a channel offset that is a multiple
+    of 4 (and with a multiple of 4 channels unless it is the last input), is written straight
+    into the Concat's output; its copy dispatch is dropped. Other inputs keep their copy."""
+    readers: dict[str, int] = {}
+    producer: dict[str, int] = {}
+    per_node: dict[str, int] = {}
+    for i, r in enumerate(records):
+        if isinstance(r, Alias):
+            readers[r.src] = readers.get(r.src, 0) + 1
+            continue
+        per_node[r.node] = per_node.get(r.node, 0) + 1
+        for b in r.bindings:
+            if b.role == "in":
+                readers[b.name] = readers.get(b.name, 0) + 1
+            elif b.role == "out":
+                producer[b.name] = i
+    out: list[Record | None] = list(records)
+    for i, r in enumerate(records):
+        if not isinstance(r, Kernel) or r.kernel != "concat":
+            continue
+        p = dict(r.params)
+        src, dst = r.bindings[0], r.bindings[1].name
+        j = producer.get(src.name)
+        if (src.role != "in" or src.transform is not None or j is None or src.name in keep
+                or readers.get(src.name) != 1 or p["o0"] or p["o1"] or p["o2"] or p["coff"] % 4
+                or (p["in_c"] % 4 and p["coff"] + p["in_c"] != p["out_c"])):
+            continue
+        prod = out[j]
+        if not isinstance(prod, Kernel) or prod.shader not in _VIEW_KERNELS or per_node[prod.node] != 1:
+            continue
+        params = tuple((k, p["out_c4s"] if k == "oc4s" else p["coff"] // 4 if k == "oc4o" else v)
+                       for k, v in prod.params)
+        bindings = tuple(Binding("out", dst) if b.role == "out" else b for b in prod.bindings)
+        out[j] = replace(prod, params=params, bindings=bindings)
+        out[i] = None
+    return [r for r in out if r is not None]
+
+
+Generator = Callable[[Node, Graph, str], list[Record]]
+# Candidates per op type, most specialised first: (kernel name, generator).
+REGISTRY: dict[str, list[tuple[str, Generator]]] = {
+    "Conv": [("conv1x1", _conv1x1), ("depthwise", _depthwise), ("conv", _conv)],
+    "ConvTranspose": [("convtranspose", _convtranspose)],
+    "Gemm": [("gemm", _gemm)],
+    "MatMul": [("matmul", _matmul)],
+    **{op: [("binary", _binary)] for op in _BINARY_OPS},
+    **{op: [("unary", _unary)] for op in ACT_CODES},
+    "MaxPool": [("pool", _pool)], "AveragePool": [("pool", _pool)],
+    "GlobalAveragePool": [("globalpool", _globalpool)], "GlobalMaxPool": [("globalpool", _globalpool)],
+    "Resize": [("resize", _resize)], "Upsample": [("resize", _resize)],
+    "Concat": [("concat", _concat)],
+    "Softmax": [("softmax", _softmax)], "LogSoftmax": [("softmax", _softmax)],
+    "Pad": [("pad", _pad)],
+    **{op: [("layout", _layout)] for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")},
+}
+
+
+def generate(node: Node, graph: Graph, precision: str = "fp32",
+             disabled: frozenset[str] = frozenset()) -> tuple[str, list[Record]]:
+    """(kernel name, records) of the first candidate that accepts ``node``; raises Decline with
+    every candidate's reason when none does."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}")
+    if node.domain not in ("", "ai.onnx"):
+        raise Decline(f"domain {node.domain!r}")
+    cands = REGISTRY.get(node.op_type)
+    if not cands:
+        raise Decline(f"no compute kernel for {node.op_type}")
+    if any(o and _shape(graph, o) is not None and graph.dtypes.get(o, np.dtype(np.float32)) != np.float32
+           for o in node.outputs[:1]):
+        raise Decline("output is not float32")
+    reasons = []
+    for name, gen in cands:
+        if name in disabled:
+            reasons.append(f"{name}: kernel disabled by the probe")
+            continue
+        try:
+            return name, gen(node, graph, precision)
+        except Decline as exc:
+            reasons.append(f"{name}: {exc}" if len(cands) > 1 else str(exc))
+    raise Decline("; ".join(reasons))
+
+
+def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+    """Every (shader, defines) variant the generators can emit: what the Vulkan path precompiles."""
+    out = []
+    for prec in PRECISIONS:
+        for act in range(8):
+            out.append(("compute/conv.comp", _variant(prec, ACT=act, BX=CONV_BX, CB=CONV_CB)))
+            out.append(("compute/gemm.comp", _variant(prec, ACT=act, PX=GEMM_PX, CB=GEMM_CB)))
+            out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW_BX)))
+            for stride in (1, 2):
+                out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW3_BX, K3S=stride)))
+            out.append(("compute/convtranspose.comp", _variant(prec, ACT=act, CB=CONVT_CB)))
+            if act:
+                out.append(("compute/unary.comp", _variant(prec, ACT=act)))
+        for shader in ("matmul", "binary", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
+            out.append((f"compute/{shader}.comp", _variant(prec)))
+    return out
+
+
+__all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats", "generate",
+           "glsl_source",
+           "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variants",
+           "vec4_count", "view4"]

@@ -1,0 +1,429 @@
+"""The OpenGL ES 3.1 compute path (``gles31``): the kernels of :mod:`..compute_kernels` as
+compute shaders on SSBOs, one small std140 uniform buffer of parameters per dispatch, tensors
+kept on the GPU in the channel-packed layout between nodes (packing/unpacking on the host at a
+segment's edges only).
+
+Programs are compiled once per distinct source per process and their binaries persisted in
+``$GPUBACKEND_CACHE_DIR/programs/<driver fingerprint>/`` when the driver offers program binary
+formats (Mesa offers none when its own shader cache is disabled; ``ProgramCache.binary_note``
+says so). On llvmpipe a binary only skips GLSL -> NIR; the LLVM JIT runs at a program's first
+dispatch and is what Mesa's own disk cache saves. Every driver call goes through
+:class:`gpubackend.gl.device.GLDevice` (fault hooks) or the raw entry points of :mod:`.gl` right
+after the matching hook.
+
+Layout operations (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are zero-copy aliases when
+the packed bytes are identical (e.g. Flatten of N,C,1,1), else a gather kernel (``relayout``),
+as is Transpose; rank > 4 is declined (the planner puts those on the CPU)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path as FsPath
+from typing import Any
+
+import numpy as np
+
+from capability_probe import faults
+
+from ...graph import Graph, Node
+from .. import compute_kernels as ck
+from ..base import Path, RunStats, Segment
+from . import gl as rawgl
+
+KEY = "gles31"
+
+
+class ProgramCache:
+    """Compiled programs by source text for one context; binaries persisted on disk."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self.gl = rawgl.GL()
+        self.programs: dict[str, int] = {}
+        self.stats = {"compiled": 0, "from_binary": 0, "binary_saved": 0}
+        self.binary_note = ""
+        self.dir: FsPath | None = None
+        formats = self.gl.binary_formats()
+        if not formats:
+            self.binary_note = "the driver offers no GL_PROGRAM_BINARY_FORMATS: program binaries are not persisted"
+            return
+        try:
+            from capability_probe.cache import cache_dir
+
+            self.dir = cache_dir() / "programs" / self.gl.fingerprint()
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.dir = None
+            self.binary_note = f"program binary cache unavailable: {exc}"
+
+    def get(self, src: str) -> int:
+        prog = self.programs.get(src)
+        if prog is not None:
+            return prog
+        digest = hashlib.sha256(src.encode()).hexdigest()[:32]
+        path = self.dir / f"{digest}.bin" if self.dir is not None else None
+        if path is not None and path.is_file():
+            faults.on_compile(KEY, "compute")
+            data = path.read_bytes()
+            if len(data) > 4:
+                loaded = self.gl.load_binary(int.from_bytes(data[:4], "little"), data[4:])
+                if loaded is not None:
+                    self.stats["from_binary"] += 1
+                    self.programs[src] = loaded
+                    return loaded
+        cs = self.device.compute(src)  # fault hook + readable compile errors
+        prog = int(cs.glo)
+        self.stats["compiled"] += 1
+        if path is not None:
+            got = self.gl.get_binary(prog)
+            if got is not None:
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_bytes(got[0].to_bytes(4, "little") + got[1])
+                os.replace(tmp, path)
+                self.stats["binary_saved"] += 1
+        self.programs[src] = prog
+        return prog
+
+
+_DEVICES: dict[str, Any] = {}
+
+
+def device_and_programs() -> tuple[Any, ProgramCache]:
+    """The process-wide GLDevice of this path and its program cache (one per context)."""
+    from capability_probe import contexts
+
+    from ...gl.device import GLDevice
+
+    ctx = contexts.gl_context(KEY)
+    entry = _DEVICES.get(KEY)
+    if entry is None or entry[0].ctx is not ctx:
+        dev = GLDevice(KEY)
+        entry = (dev, ProgramCache(dev))
+        _DEVICES[KEY] = entry
+    return entry
+
+
+class _Dispatch:
+    __slots__ = ("program", "buffers", "ubo", "groups", "kernel", "node")
+
+    def __init__(self, program: int, buffers: list[Any], ubo: Any, groups: tuple[int, int, int], kernel: str,
+                 node: str):
+        self.program, self.buffers, self.ubo, self.groups = program, buffers, ubo, groups
+        self.kernel, self.node = kernel, node
+
+
+class Gles31Segment(Segment):
+    def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
+                 records: list[ck.Record], precision: str, device: Any, programs: ProgramCache):
+        super().__init__(KEY, nodes, inputs, outputs)
+        self.precision = precision
+        self.device = device
+        self.gl = programs.gl
+        self.shapes = {n: tuple(graph.shape(n) or ()) for n in set(inputs) | set(outputs)}
+        self._owned: list[Any] = []
+        t0 = time.perf_counter()
+        self._build(graph, records, programs)
+        self.compile_seconds = time.perf_counter() - t0
+
+    # ---- compile -------------------------------------------------------------------------------
+    def _alloc(self, nbytes: int, data: np.ndarray | None = None) -> Any:
+        buf = self.device.buffer(data) if data is not None else self.device.buffer(reserve=nbytes)
+        self._owned.append(buf)
+        return buf
+
+    def _build(self, graph: Graph, records: list[ck.Record], programs: ProgramCache) -> None:
+        prec = self.precision
+        records = ck.elide_concats(records, set(self.outputs))
+        root: dict[str, str] = {}  # tensor -> the tensor whose buffer it uses
+        for r in records:
+            if isinstance(r, ck.Alias):
+                root[r.dst] = root.get(r.src, r.src)
+
+        def rt(name: str) -> str:
+            return root.get(name, name)
+
+        # Inputs fed as weights (a transform packs them at upload) get their own buffers; an input
+        # read only that way is not uploaded in the plain packed layout as well.
+        plain: set[str] = set()
+        self._transformed: list[tuple[str, Any, Any, int]] = []
+        for r in records:
+            if isinstance(r, ck.Alias):
+                plain.add(r.src)
+            else:
+                plain.update(b.name for b in r.bindings if b.role == "in" and b.transform is None)
+        transformed_buf: dict[int, Any] = {}
+        for r in records:
+            if isinstance(r, ck.Kernel):
+                for b in r.bindings:
+                    if b.transform is not None and id(b) not in transformed_buf:
+                        probe = b.transform(np.zeros(graph.shape(b.name) or (), np.float32))
+                        data = ck.as_storage(probe, "fp32" if b.fp32 else prec)
+                        buf = self._alloc(data.nbytes)
+                        transformed_buf[id(b)] = buf
+                        self._transformed.append((b.name, b.transform, buf, 1 if b.fp32 else 0))
+        self._plain_inputs = [n for n in self.inputs if n in plain]
+
+        # Liveness per storage (aliases share one), in record order; inputs live from the start,
+        # segment outputs to the end.
+        end = len(records)
+        last: dict[str, int] = {}
+        first: dict[str, int] = {}
+        for name in self._plain_inputs:
+            first[rt(name)] = -1
+        for idx, r in enumerate(records):
+            names = [r.src, r.dst] if isinstance(r, ck.Alias) else [
+                b.name for b in r.bindings if b.role != "const" and b.transform is None]
+            outs = [r.dst] if isinstance(r, ck.Alias) else [b.name for b in r.bindings if b.role == "out"]
+            for n in names:
+                last[rt(n)] = max(last.get(rt(n), -1), idx)
+            for n in outs:
+                first.setdefault(rt(n), idx)
+        for name in self.outputs:
+            last[rt(name)] = end
+        size: dict[str, int] = {}
+        for name in set(first) | set(last):
+            shape = graph.shape(name)
+            if shape is None:
+                raise ValueError(f"gles31: no static shape for {name!r}")
+            size[name] = ck.storage_bytes(tuple(shape), prec)
+        for r in records:  # an alias's view may be larger than its root's (never, but be safe)
+            if isinstance(r, ck.Alias):
+                size[rt(r.dst)] = max(size[rt(r.dst)], ck.storage_bytes(tuple(graph.shape(r.dst) or ()), prec))
+
+        # Graph constants read as runtime tensors (e.g. a constant MatMul operand) are uploaded once.
+        buffers: dict[str, Any] = {}
+        for r in records:
+            if isinstance(r, ck.Kernel):
+                for b in r.bindings:
+                    if b.role == "in" and b.name in graph.constants and b.name not in buffers:
+                        buffers[b.name] = self._alloc(0, ck.as_storage(ck.pack(graph.constants[b.name]), prec))
+        # Buffer reuse: a storage takes the smallest free buffer that fits once its last reader ran.
+        free: list[tuple[int, Any]] = []
+
+        def take(nbytes: int) -> Any:
+            best = None
+            for i, (cap, _) in enumerate(free):
+                if cap >= nbytes and (best is None or cap < free[best][0]):
+                    best = i
+            if best is not None:
+                return free.pop(best)[1]
+            buf = self._alloc(nbytes)
+            buf._gpub_cap = nbytes  # noqa: SLF001 - remembered for reuse
+            return buf
+
+        for name in self._plain_inputs:
+            if rt(name) not in buffers:
+                buffers[rt(name)] = take(size[rt(name)])
+        self._input_buffers = {n: buffers[rt(n)] for n in self._plain_inputs}
+        self.dispatches: list[_Dispatch] = []
+        self.kernel_counts: dict[str, int] = {}
+        for idx, r in enumerate(records):
+            if isinstance(r, ck.Alias):
+                self.kernel_counts["layout(alias)"] = self.kernel_counts.get("layout(alias)", 0) + 1
+            else:
+                for b in r.bindings:
+                    if b.role == "out" and rt(b.name) not in buffers:
+                        buffers[rt(b.name)] = take(size[rt(b.name)])
+                bound = []
+                for b in r.bindings:
+                    if b.role == "const":
+                        bound.append(self._alloc(0, ck.as_storage(b.data, "fp32" if b.fp32 else prec)))
+                    elif b.transform is not None:
+                        bound.append(transformed_buf[id(b)])
+                    else:
+                        bound.append(buffers[rt(b.name)] if b.name not in graph.constants else buffers[b.name])
+                ubo = self._alloc(0, np.frombuffer(ck.pack_params(r), np.uint8))
+                prog = programs.get(ck.glsl_source(r, "gles31"))
+                self.dispatches.append(_Dispatch(prog, [b.glo for b in bound], ubo.glo, r.groups, r.kernel, r.node))
+                self.kernel_counts[r.kernel] = self.kernel_counts.get(r.kernel, 0) + 1
+            for name, lu in list(last.items()):
+                if lu == idx and name in buffers and name not in graph.constants:
+                    buf = buffers.pop(name)
+                    free.append((getattr(buf, "_gpub_cap", 0), buf))
+                    del last[name]
+        self._output_buffers = {n: buffers[rt(n)] for n in self.outputs}
+
+    # ---- run -----------------------------------------------------------------------------------
+    def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        prec = self.precision
+        for name in self._plain_inputs:
+            data = ck.as_storage(ck.pack(feeds[name]), prec)
+            self._input_buffers[name].write(data.tobytes())
+            stats.upload(data.nbytes)
+        for name, transform, buf, fp32 in self._transformed:
+            data = ck.as_storage(transform(feeds[name]), "fp32" if fp32 else prec)
+            buf.write(data.tobytes())
+            stats.upload(data.nbytes)
+        g = self.gl
+        barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
+        for d in self.dispatches:
+            self.device.dispatched()
+            g.use_program(d.program)
+            for i, glo in enumerate(d.buffers):
+                g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, i, glo)
+            g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
+            g.dispatch_compute(*d.groups)
+            g.memory_barrier(barrier)
+            stats.dispatches += 1
+        out = {}
+        dtype = np.float16 if prec == "fp16" else np.float32
+        for name in self.outputs:
+            shape = self.shapes[name]
+            nbytes = ck.storage_bytes(shape, prec)
+            raw = np.frombuffer(self._output_buffers[name].read(size=nbytes), dtype)
+            raw = self.device.readback(raw)
+            stats.download(nbytes)
+            out[name] = ck.unpack(raw, shape)
+        return out
+
+    def profile(self, feeds: dict[str, np.ndarray], repeat: int = 1) -> list[tuple[str, str, float]]:
+        """(node, kernel, median seconds) per dispatch, each timed to completion (glFinish)."""
+        self.run(feeds, RunStats())
+        g = self.gl
+        times: list[list[float]] = [[] for _ in self.dispatches]
+        barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
+        for _ in range(repeat):
+            for i, d in enumerate(self.dispatches):
+                g.glFinish()
+                t0 = time.perf_counter()
+                g.use_program(d.program)
+                for j, glo in enumerate(d.buffers):
+                    g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, j, glo)
+                g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
+                g.dispatch_compute(*d.groups)
+                g.memory_barrier(barrier)
+                g.glFinish()
+                times[i].append(time.perf_counter() - t0)
+        return [(d.node, d.kernel, float(np.median(t))) for d, t in zip(self.dispatches, times)]
+
+    def close(self) -> None:
+        for buf in self._owned:
+            try:
+                buf.release()
+            except Exception:  # noqa: BLE001 - release is best effort, safe twice
+                pass
+        self._owned = []
+
+
+class Gles31Path(Path):
+    key = KEY
+
+    def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()):
+        super().__init__(precision, disabled_kernels)
+        # decline() generates the records (weights packed once); compile() reuses them
+        self._generated: dict[tuple[int, str], tuple[Graph, tuple[str, list[ck.Record]] | str]] = {}
+
+    def _records(self, node: Node, graph: Graph) -> tuple[str, list[ck.Record]] | str:
+        key = (id(graph), node.name)
+        entry = self._generated.get(key)
+        if entry is None or entry[0] is not graph:
+            try:
+                hit: tuple[str, list[ck.Record]] | str = ck.generate(node, graph, self.precision,
+                                                                       self.disabled_kernels)
+            except ck.Decline as exc:
+                hit = str(exc)
+            entry = (graph, hit)
+            self._generated[key] = entry
+        return entry[1]
+
+    def decline(self, node: Node, graph: Graph) -> str | None:
+        hit = self._records(node, graph)
+        return hit if isinstance(hit, str) else None
+
+    def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
+        records: list[ck.Record] = []
+        for node in nodes:
+            hit = self._records(node, graph)
+            if isinstance(hit, str):
+                raise ValueError(f"gles31 cannot run {node.name}: {hit}")
+            records.extend(hit[1])
+        device, programs = device_and_programs()
+        seg = Gles31Segment(nodes, graph, inputs, outputs, records, self.precision, device, programs)
+        for node in nodes:  # packed weights now live on the GPU
+            self._generated.pop((id(graph), node.name), None)
+        return seg
+
+    def close(self) -> None:
+        self._generated.clear()
+
+
+def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> Gles31Path:
+    return Gles31Path(precision, disabled_kernels)
+
+
+def kernel_name(node: Node, graph: Graph) -> str | None:
+    """The kernel that would run ``node`` on this path, or None if it declines."""
+    try:
+        return ck.generate(node, graph)[0]
+    except ck.Decline:
+        return None
+
+
+def run_nodes(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], precision: str = "fp32",
+              poison: float | None = float("nan")) -> tuple[dict[str, np.ndarray], RunStats]:
+    """Compile ``nodes`` as one segment and run it once (tests, canary, benchmarks). With
+    ``poison`` every intermediate/output buffer is filled with it first, so an unwritten
+    element shows up."""
+    path = create(precision)
+    produced = {o for n in nodes for o in n.outputs if o}
+    inputs = [i for n in nodes for i in n.inputs if i and i not in produced and i not in graph.constants]
+    inputs = list(dict.fromkeys(inputs))
+    seg = path.compile(nodes, graph, inputs, list(graph.outputs))
+    assert isinstance(seg, Gles31Segment)
+    if poison is not None:
+        for buf in seg._owned:  # noqa: SLF001
+            if buf not in seg._input_buffers.values() and getattr(buf, "_gpub_cap", None):
+                fill = np.full(buf.size // 2, poison, np.float16) if precision == "fp16" else \
+                    np.full(buf.size // 4, poison, np.float32)
+                buf.write(fill.tobytes())
+    stats = RunStats()
+    try:
+        return seg.run(feeds, stats), stats
+    finally:
+        seg.close()
+
+
+def canary(precision: str = "fp32") -> float:
+    """Runs conv (3x3, stride 2, fused Relu6), depthwise and GEMM on small random inputs against
+    ``fallback.run_node``; returns the max relative error, raises if it is too large."""
+    import fallback
+
+    rng = np.random.default_rng(1234)
+    x = rng.standard_normal((1, 5, 9, 11)).astype(np.float32)
+    consts = {
+        "w1": rng.standard_normal((6, 5, 3, 3)).astype(np.float32) * 0.3,
+        "b1": rng.standard_normal(6).astype(np.float32),
+        "w2": rng.standard_normal((6, 1, 3, 3)).astype(np.float32),
+        "b2": rng.standard_normal(6).astype(np.float32),
+        "w3": rng.standard_normal((6 * 5 * 6, 7)).astype(np.float32) * 0.1,
+        "b3": rng.standard_normal(7).astype(np.float32),
+        "shape": np.array([1, -1], np.int64),
+    }
+    nodes = [
+        Node("conv", "Conv", ["x", "w1", "b1"], ["c1"],
+             {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+              "_act": ("Clip", {"min": 0.0, "max": 6.0})}),
+        Node("dw", "Conv", ["c1", "w2", "b2"], ["c2"], {"kernel_shape": [3, 3], "group": 6, "pads": [1, 1, 1, 1]}),
+        Node("flat", "Reshape", ["c2", "shape"], ["f"], {}),
+        Node("gemm", "Gemm", ["f", "w3", "b3"], ["y"], {}),
+    ]
+    shapes = {"x": x.shape, "c1": (1, 6, 5, 6), "c2": (1, 6, 5, 6), "f": (1, 180), "y": (1, 7)}
+    graph = Graph(nodes, ["x"], ["c1", "c2", "y"], consts, shapes=shapes, opset=17)
+    got, _ = run_nodes(nodes, graph, {"x": x}, precision)
+    env = {"x": x, **consts}
+    worst = 0.0
+    for n in nodes:
+        env[n.outputs[0]] = fallback.run_node(n.op_type, [env[i] for i in n.inputs], n.attrs, 17)[0]
+    for name in ("c1", "c2", "y"):
+        ref = env[name]
+        err = float(np.max(np.abs(got[name] - ref)) / (np.max(np.abs(ref)) + 1e-6))
+        worst = max(worst, err if np.isfinite(err) else float("inf"))
+    tol = 2e-2 if precision == "fp16" else 1e-4
+    if not worst <= tol:
+        raise AssertionError(f"gles31 canary ({precision}): max relative error {worst:.3g} > {tol}")
+    return worst
+
+
+__all__ = ["Gles31Path", "Gles31Segment", "ProgramCache", "canary", "create", "kernel_name", "run_nodes"]

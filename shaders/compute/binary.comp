@@ -1,0 +1,41 @@
+// Elementwise binary op with broadcasting on packed tensors. The output is viewed as
+// [d0][d1][d2][c4] vec4s (packed axis innermost); each operand is addressed with strides in
+// vec4 units (0 on broadcast axes) and, when its packed axis has length 1 against a longer
+// output axis, splats lane 0 (per-channel scale of squeeze-excite is strides (c4, 0, 0, 1)).
+// op: 0 Add, 1 Sub, 2 Mul, 3 Div, 4 Max, 5 Min, 6 Pow.
+#include "compute/prelude.glsl"
+
+PARAMS_BEGIN
+    int d0; int d1; int d2; int c4s;
+    int c; int op;
+    int a0; int a1; int a2; int a3; int a_splat;
+    int b0; int b1; int b2; int b3; int b_splat;
+PARAMS_END
+
+layout(std430, binding = 0) readonly buffer A { SVEC4 a[]; };
+layout(std430, binding = 1) readonly buffer Bb { SVEC4 b[]; };
+layout(std430, binding = 2) writeonly buffer Y { SVEC4 y[]; };
+
+void main() {
+    int i = flat_id();
+    if (i >= p.d0 * p.d1 * p.d2 * p.c4s) return;
+    int c4 = i % p.c4s;
+    int r = i / p.c4s;
+    int i2 = r % p.d2;
+    r /= p.d2;
+    int i1 = r % p.d1;
+    int i0 = r / p.d1;
+    vec4 av = LD(a, i0 * p.a0 + i1 * p.a1 + i2 * p.a2 + c4 * p.a3);
+    vec4 bv = LD(b, i0 * p.b0 + i1 * p.b1 + i2 * p.b2 + c4 * p.b3);
+    if (p.a_splat != 0) av = av.xxxx;
+    if (p.b_splat != 0) bv = bv.xxxx;
+    vec4 v;
+    if (p.op == 0) v = av + bv;
+    else if (p.op == 1) v = av - bv;
+    else if (p.op == 2) v = av * bv;
+    else if (p.op == 3) v = av / bv;
+    else if (p.op == 4) v = max(av, bv);
+    else if (p.op == 5) v = min(av, bv);
+    else v = pow(av, bv);
+    ST(y, i, tail_zero(v, c4, p.c));
+}

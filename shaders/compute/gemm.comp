@@ -1,0 +1,58 @@
+// Pointwise (1x1, stride 1, no pad) convolution, Gemm and MatMul with a constant right operand:
+// y[r][co4] = act(bias[co4] + sum_ci4 x[r][ci4] * W[co4][ci4]) over rows r (pixels or matrix rows).
+// Each invocation computes PX rows times CB output blocks of 4 (register blocking).
+// Weights: [co4][ci4] blocks of 4 vec4 (one vec4 of 4 outputs per input lane), co4 padded with
+// zero blocks to a multiple of CB.
+#include "compute/prelude.glsl"
+#ifndef PX
+#define PX 4
+#endif
+#ifndef CB
+#define CB 2
+#endif
+
+PARAMS_BEGIN
+    int rows; int ci4; int co4; int co;
+    int cob; float act0; float act1;
+    int oc4s; int oc4o;  // output view: vec4s per pixel, first block (a Concat writes in place)
+PARAMS_END
+#define ACT_P0 p.act0
+#define ACT_P1 p.act1
+#include "common/activation.glsl"
+
+layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+layout(std430, binding = 1) readonly buffer W { vec4 w[]; };  // weights stay fp32 (no unpack cost)
+layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
+
+void main() {
+    int r0 = int(gl_GlobalInvocationID.x) * PX;
+    int cb = int(gl_WorkGroupID.y);  // uniform in a workgroup: weight loads are uniform
+    if (r0 >= p.rows) return;
+    int co4_0 = cb * CB;
+    vec4 acc[PX * CB];
+    for (int c = 0; c < CB; c++) {
+        vec4 b = bias[min(co4_0 + c, p.co4 - 1)];
+        for (int i = 0; i < PX; i++) acc[c * PX + i] = b;
+    }
+    int xr[PX];
+    for (int i = 0; i < PX; i++) xr[i] = min(r0 + i, p.rows - 1) * p.ci4;
+    int wstride = p.ci4 * 4;
+    for (int c4 = 0; c4 < p.ci4; c4++) {
+        vec4 xv[PX];
+        for (int i = 0; i < PX; i++) xv[i] = LD(x, xr[i] + c4);
+        for (int c = 0; c < CB; c++) {
+            int wi = (co4_0 + c) * wstride + c4 * 4;
+            vec4 w0 = w[wi], w1 = w[wi + 1], w2 = w[wi + 2], w3 = w[wi + 3];
+            for (int i = 0; i < PX; i++)
+                acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
+        }
+    }
+    for (int c = 0; c < CB; c++) {
+        int co4 = co4_0 + c;
+        if (co4 >= p.co4) break;
+        for (int i = 0; i < PX; i++) {
+            if (r0 + i < p.rows) ST(y, (r0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(acc[c * PX + i]), co4, p.co));
+        }
+    }
+}

@@ -1,0 +1,34 @@
+// GlobalAveragePool / GlobalMaxPool on PHWC4 tensors: one invocation per (n, c4) reduces H*W.
+#include "compute/prelude.glsl"
+
+PARAMS_BEGIN
+    int n; int hw; int c4s; int c; int is_max;
+PARAMS_END
+
+layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+layout(std430, binding = 1) writeonly buffer Y { SVEC4 y[]; };
+
+void main() {
+    int i = flat_id();
+    if (i >= p.n * p.c4s) return;
+    int n = i / p.c4s;
+    int c4 = i - n * p.c4s;
+    int base = n * p.hw * p.c4s + c4;
+    vec4 acc = p.is_max != 0 ? vec4(-3.402823e38) : vec4(0.0);
+    if (p.is_max != 0) {
+        for (int j = 0; j < p.hw; j++) acc = max(acc, LD(x, base + j * p.c4s));
+    } else {
+        // four partial sums keep more of fp32's precision over large planes
+        vec4 s0 = vec4(0.0), s1 = vec4(0.0), s2 = vec4(0.0), s3 = vec4(0.0);
+        int j = 0;
+        for (; j + 3 < p.hw; j += 4) {
+            s0 += LD(x, base + j * p.c4s);
+            s1 += LD(x, base + (j + 1) * p.c4s);
+            s2 += LD(x, base + (j + 2) * p.c4s);
+            s3 += LD(x, base + (j + 3) * p.c4s);
+        }
+        for (; j < p.hw; j++) s0 += LD(x, base + j * p.c4s);
+        acc = ((s0 + s1) + (s2 + s3)) / float(p.hw);
+    }
+    ST(y, i, tail_zero(acc, c4, p.c));
+}

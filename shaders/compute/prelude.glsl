@@ -1,0 +1,43 @@
+// Shared by every compute kernel, for GLSL ES 3.10 (OpenGL ES) and Vulkan GLSL alike.
+// The runtime prepends "#version 310 es" (GL) or "#version 450" plus "#define VULKAN" (SPIR-V);
+// kernel bodies are the same text for both.
+//
+// Parameters: a kernel declares its scalar parameters (int / float only, so std140 and push
+// constants lay them out identically, 4 bytes each) between PARAMS_BEGIN and PARAMS_END and reads
+// them as p.name. GL binds one small std140 uniform buffer per node at binding 0; Vulkan uses push
+// constants. Storage buffers take bindings 0..n-1 in the order of the kernel record.
+//
+// Storage precision: FP16 stores every vec4 as two packHalf2x16 words (uvec2); arithmetic is fp32.
+// Use SVEC4 for the element type of a buffer and LD / ST to read and write one vec4.
+precision highp float;
+precision highp int;
+
+#ifdef VULKAN
+#define PARAMS_BEGIN layout(push_constant) uniform Params {
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+#else
+#define PARAMS_BEGIN layout(std140, binding = 0) uniform Params {
+layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) in;
+#endif
+#define PARAMS_END } p;
+
+#ifdef FP16
+#define SVEC4 uvec2
+#define LD(buf, i) vec4(unpackHalf2x16(buf[i].x), unpackHalf2x16(buf[i].y))
+#define ST(buf, i, v) { vec4 st_v_ = (v); buf[i] = uvec2(packHalf2x16(st_v_.xy), packHalf2x16(st_v_.zw)); }
+#else
+#define SVEC4 vec4
+#define LD(buf, i) buf[i]
+#define ST(buf, i, v) { buf[i] = (v); }
+#endif
+
+// Lanes past the tensor's channel count stay exactly zero in every packed tensor (a padded lane
+// is read by later kernels with zero weights, and 0 * NaN would not be 0).
+vec4 tail_zero(vec4 v, int c4, int channels) {
+    return mix(vec4(0.0), v, lessThan(ivec4(c4 * 4) + ivec4(0, 1, 2, 3), ivec4(channels)));
+}
+
+// Flat invocation index of a 1-D dispatch folded over x and y (x holds at most 65535 groups).
+int flat_id() {
+    return int(gl_GlobalInvocationID.y * (gl_NumWorkGroups.x * gl_WorkGroupSize.x) + gl_GlobalInvocationID.x);
+}
