@@ -91,6 +91,13 @@ class GLDevice:
         faults.on_alloc(self.key, size[0] * size[1] * components * itemsize)
         return self.ctx.texture(size, components, data, dtype=dtype)
 
+    def write(self, target: Any, data: bytes | np.ndarray) -> None:
+        """Host->device copy into an existing buffer or texture. Drivers stage the bytes, so this
+        can run out of memory at run time like an allocation."""
+        raw = np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else data
+        faults.on_alloc(self.key, len(raw))
+        target.write(raw)
+
     def dispatched(self) -> None:
         """Call before each draw or dispatch."""
         faults.on_dispatch(self.key)

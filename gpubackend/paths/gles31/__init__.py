@@ -250,11 +250,11 @@ class Gles31Segment(Segment):
         prec = self.precision
         for name in self._plain_inputs:
             data = ck.as_storage(ck.pack(feeds[name]), prec)
-            self._input_buffers[name].write(data.tobytes())
+            self.device.write(self._input_buffers[name], data)
             stats.upload(data.nbytes)
         for name, transform, buf, fp32 in self._transformed:
             data = ck.as_storage(transform(feeds[name]), "fp32" if fp32 else prec)
-            buf.write(data.tobytes())
+            self.device.write(buf, data)
             stats.upload(data.nbytes)
         g = self.gl
         barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
