@@ -142,3 +142,13 @@ def test_cli_run(tmp_path) -> None:
     assert bad.returncode == 1 and "not found" in bad.stderr and "Traceback" not in bad.stderr
     helptext = subprocess.run([sys.executable, "-m", "gpubackend", "run", "--help"], capture_output=True, text=True)
     assert helptext.returncode == 0 and "--input" in helptext.stdout
+
+
+def test_model_without_output_shape_still_loads() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    (y,) = gpubackend.Session(model, path="cpu").run({"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
