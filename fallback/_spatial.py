@@ -150,7 +150,10 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
     return planes.reshape(len(phases_h), len(phases_w), n, c, hq * wq), offsets, wq
 
 
-def drop_columns(y: np.ndarray, out: list[int], wq: int) -> np.ndarray:
-    """(N, C, out[0] * wq) rows computed on phase planes -> contiguous (N, C, out[0], out[1])."""
+def drop_columns(y: np.ndarray, out: list[int], wq: int, copy: bool = True) -> np.ndarray:
+    """(N, C, out[0] * wq) rows computed on phase planes -> contiguous (N, C, out[0], out[1]); with
+    ``copy=False`` the (possibly non-contiguous) view, for a caller that copies it anyway."""
     y = y.reshape(y.shape[0], y.shape[1], out[0], wq)
-    return y if wq == out[1] else np.ascontiguousarray(y[..., :out[1]])
+    if wq == out[1] or not copy:
+        return y[..., :out[1]]
+    return np.ascontiguousarray(y[..., :out[1]])

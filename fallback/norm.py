@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._registry import as_int_list, fail, iattr, ints_attr, need, norm_axis, opt, register
@@ -51,7 +53,7 @@ def _softmax(op: str, inputs, attrs, opset: int, log: bool):
         if axis < 0:
             axis += x.ndim
         shape = x.shape
-        x2 = x.reshape(int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        x2 = x.reshape(math.prod(shape[:axis]), math.prod(shape[axis:]))
         return [_softmax_axis(x2, 1, log).reshape(shape)]
     axis = norm_axis(op, iattr(attrs, "axis", -1), max(x.ndim, 1))
     return [_softmax_axis(x, axis, log)]

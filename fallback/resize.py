@@ -3,6 +3,7 @@ the ONNX reference's coordinate rules; each axis is a gather of a few taps and a
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -104,10 +105,28 @@ def _periodic(idx: np.ndarray, w: np.ndarray | None, in_len: int):
     return s, rel[0], None
 
 
-def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None, dt: np.dtype) -> np.ndarray:
-    in_len = x.shape[axis]
+@functools.lru_cache(maxsize=256)
+def _axis_plan(mode: str, nearest_mode: str, ctm: str, in_len: int, out_len: int, scale: float,
+               roi: tuple[float, float] | None, cubic_a: float, exclude_outside: bool, antialias: bool):
+    """Source coordinates, taps, weights and the periodic form of one axis, computed once per
+    geometry (read-only: shared by every call with the same parameters)."""
+    xo = _source_coords(ctm, in_len, out_len, scale, roi)
+    idx, w = _axis_taps(mode, nearest_mode, xo, in_len, scale, cubic_a, exclude_outside, antialias)
     per = _periodic(idx, w, in_len)
+    for a in (xo, idx, w, *(per[1:] if per is not None else ())):
+        if a is not None:
+            a.setflags(write=False)
+    return xo, idx, w, per
+
+
+def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None, dt: np.dtype,
+                 per=False) -> np.ndarray:
+    in_len = x.shape[axis]
+    if per is False:
+        per = _periodic(idx, w, in_len)
     if per is not None:
+        if _is_linear_x2(*per) and in_len >= 2:
+            return _linear_x2(x, axis, dt)
         return _interp_axis_periodic(x, axis, *per, dt)
     idx = np.clip(idx, 0, in_len - 1)
     if w is None:
@@ -130,6 +149,30 @@ def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None
         shape_out[axis] = idx.shape[0]
         y = np.zeros(shape_out, dtype=dt)
     return y
+
+
+def _is_linear_x2(s: int, rel: np.ndarray, w: np.ndarray | None) -> bool:
+    """The half_pixel / pytorch_half_pixel bilinear x2 stencil: even outputs 0.25 x[i-1] + 0.75 x[i],
+    odd outputs 0.75 x[i] + 0.25 x[i+1]."""
+    return (s == 2 and w is not None and rel.shape == (2, 2) and rel.tolist() == [[-1, 0], [0, 1]]
+            and w.tolist() == [[0.25, 0.75], [0.75, 0.25]])
+
+
+def _linear_x2(x: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
+    """Bilinear x2 upscale along ``axis`` as a fixed stencil on shifted slices (no gathers, no padded
+    copy): the edge outputs, whose clamped taps coincide, are the edge inputs themselves."""
+    n = x.shape[axis]
+    lead, trail = x.shape[:axis], x.shape[axis + 1:]
+    x3 = x.reshape(math.prod(lead), n, math.prod(trail))
+    y = np.empty((x3.shape[0], n, 2, x3.shape[2]), dtype=dt)
+    q = np.multiply(x3, dt.type(0.25))
+    m = np.multiply(x3, dt.type(0.75))
+    even, odd = y[:, :, 0], y[:, :, 1]
+    np.add(q[:, :-1], m[:, 1:], out=even[:, 1:])
+    np.add(m[:, :-1], q[:, 1:], out=odd[:, :-1])
+    even[:, 0] = x3[:, 0]
+    odd[:, -1] = x3[:, -1]
+    return y.reshape(*lead, 2 * n, *trail)
 
 
 def _interp_axis_periodic(x: np.ndarray, axis: int, s: int, rel: np.ndarray, w: np.ndarray | None,
@@ -250,9 +293,10 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
             work = np.zeros(shape, dtype=work.dtype)
             continue
         in_len = work.shape[a]
-        xo = _source_coords(ctm, in_len, out[a], sc[a], roi_a)
-        idx, w = _axis_taps(mode, nearest_mode, xo, work.shape[a], sc[a], cubic_a, exclude_outside, antialias)
-        work = _interp_axis(work, a, idx, w, work.dtype)
+        xo, idx, w, per = _axis_plan(mode, nearest_mode, ctm, in_len, out[a], sc[a],
+                                     None if roi_a is None else tuple(roi_a), cubic_a, exclude_outside,
+                                     antialias)
+        work = _interp_axis(work, a, idx, w, work.dtype, per)
         if ctm == "tf_crop_and_resize":
             bad = (xo < 0) | (xo > in_len - 1)
             if bad.any():

@@ -3,6 +3,8 @@ Constant, Identity, Shape, Size, Gather, Slice, Cast, ConstantOfShape, Dropout, 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._registry import as_int_list, fail, iattr, ints_attr, need, norm_axis, opt, register, sattr
@@ -75,11 +77,11 @@ def k_reshape(inputs: list, attrs: dict, opset: int) -> list:
     if new.count(-1) > 1 or any(s < -1 for s in new):
         raise fail(op, f"invalid shape {shape}")
     if -1 in new:
-        known = int(np.prod([s for s in new if s != -1]))
+        known = math.prod([s for s in new if s != -1])
         if known == 0 or x.size % known:
             raise fail(op, f"cannot reshape {x.shape} to {shape}")
         new[new.index(-1)] = x.size // known
-    if int(np.prod(new)) != x.size:
+    if math.prod(new) != x.size:
         raise fail(op, f"cannot reshape {x.shape} ({x.size} elements) to {shape}")
     return [x.reshape(new)]
 
@@ -92,8 +94,8 @@ def k_flatten(inputs: list, attrs: dict, opset: int) -> list:
         raise fail("Flatten", f"axis {axis} out of range for rank {x.ndim}")
     if axis < 0:
         axis += x.ndim
-    outer = int(np.prod(x.shape[:axis]))
-    inner = int(np.prod(x.shape[axis:]))
+    outer = math.prod(x.shape[:axis])
+    inner = math.prod(x.shape[axis:])
     return [x.reshape(outer, inner)]
 
 
