@@ -1,0 +1,165 @@
+"""The OpenGL ES 3.0 path: every kernel is a full-screen draw of a GLSL ES 3.00 fragment shader
+writing up to GL_MAX_DRAW_BUFFERS float render targets; feature maps in RGBA32F (fp16: RGBA16F)
+textures, weights in std140 uniform buffers (a texture when a block would be too large).
+No compute shaders, storage buffers or image load/store anywhere in this package."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...graph import Graph, Node
+from ..base import Path, Segment
+from .kernels import Kernel, Limits, build
+from .kernels import kernel_name as _kernel_name
+from .runtime import Gles3Segment
+
+# Render targets per pass (capped by GL_MAX_DRAW_BUFFERS). On llvmpipe 8 was fastest per
+# convolution (benchmarks/bench_gles3.py --targets); 4 keeps shaders small enough for llvmpipe's
+# JIT, whose cold compile time dominates a first run.
+DEFAULT_TARGETS = 4
+
+
+def _limits(ctx, targets: int, baked: bool) -> Limits:
+    info = ctx.info
+
+    def get(key: str, default: int) -> int:
+        v = info.get(key)
+        return int(v) if isinstance(v, (int, float)) and v > 0 else default
+
+    return Limits(max_texture_size=get("GL_MAX_TEXTURE_SIZE", 2048),
+                  max_draw_buffers=min(get("GL_MAX_DRAW_BUFFERS", 4), get("GL_MAX_COLOR_ATTACHMENTS", 4)),
+                  max_uniform_block_size=get("GL_MAX_UNIFORM_BLOCK_SIZE", 16384),
+                  max_fragment_uniform_blocks=get("GL_MAX_FRAGMENT_UNIFORM_BLOCKS", 12),
+                  max_texture_units=get("GL_MAX_TEXTURE_IMAGE_UNITS", 16),
+                  ubo_alignment=get("GL_UNIFORM_BUFFER_OFFSET_ALIGNMENT", 256),
+                  targets=targets, baked=baked)
+
+
+class Gles3Path(Path):
+    key = "gles3"
+
+    def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
+                 targets: int = DEFAULT_TARGETS, baked: bool = True):
+        super().__init__(precision, disabled_kernels)
+        from capability_probe.errors import DriverUnavailable
+
+        from ...gl.device import GLDevice
+
+        self.dev = GLDevice("gles3")
+        ctx = self.dev.ctx
+        if ctx.version_code < 300:
+            raise DriverUnavailable(f"gles3 needs OpenGL ES 3.0 (context version {ctx.version_code})")
+        self.dtype = "f2" if precision == "fp16" else "f4"
+        self._check_renderable(DriverUnavailable)
+        self.limits = _limits(ctx, targets, baked)
+        self._kernels: dict[tuple[int, int], tuple[Graph, Node, Kernel | str]] = {}
+
+    def _check_renderable(self, error: type[Exception]) -> None:
+        fmt = "RGBA16F" if self.dtype == "f2" else "RGBA32F"
+        try:
+            tex = self.dev.texture((4, 4), 4, None, dtype=self.dtype)
+            fbo = self.dev.ctx.framebuffer(color_attachments=[tex])
+            fbo.release()
+            tex.release()
+        except Exception as exc:  # moderngl raises on an incomplete framebuffer
+            raise error(f"{fmt} textures are not colour-renderable here "
+                        f"(EXT_color_buffer_float / EXT_color_buffer_half_float): {exc}") from exc
+
+    def kernel(self, node: Node, graph: Graph) -> Kernel | str:
+        # Keyed by identity; the entry keeps graph and node alive so their ids are not reused.
+        key = (id(graph), id(node))
+        hit = self._kernels.get(key)
+        if hit is None or hit[0] is not graph or hit[1] is not node:
+            try:
+                k: Kernel | str = build(node, graph, self.limits)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:  # malformed attributes
+                k = f"cannot build the kernel: {exc}"
+            hit = self._kernels[key] = (graph, node, k)
+        return hit[2]
+
+    def decline(self, node: Node, graph: Graph) -> str | None:
+        name = _kernel_name(node, graph)
+        if name is not None and name in self.disabled_kernels:
+            return f"kernel {name!r} disabled by the probe"
+        k = self.kernel(node, graph)
+        if isinstance(k, str):
+            return k
+        if k.name in self.disabled_kernels:
+            return f"kernel {k.name!r} disabled by the probe"
+        if len([o for o in node.outputs if o]) != 1:
+            return "more than one output"
+        return None
+
+    def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
+        kernels = {}
+        for node in nodes:
+            k = self.kernel(node, graph)
+            if isinstance(k, str):
+                raise ValueError(f"gles3 cannot compile {node.name}: {k}")
+            kernels[node.name] = k
+        return Gles3Segment(self.dev, self.limits, self.dtype, kernels, nodes, graph, inputs, outputs)
+
+
+def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> Gles3Path:
+    return Gles3Path(precision, disabled_kernels)
+
+
+def kernel_name(node: Node, graph: Graph) -> str | None:
+    """The short name of the kernel this path uses for ``node`` (None: no kernel)."""
+    return _kernel_name(node, graph)
+
+
+def _canary_graph(rng: np.random.Generator) -> tuple[Graph, dict[str, np.ndarray]]:
+    x = rng.standard_normal((1, 6, 9, 7)).astype(np.float32)
+    consts = {
+        "w": (rng.standard_normal((10, 6, 3, 3)) * 0.3).astype(np.float32),
+        "b": rng.standard_normal(10).astype(np.float32),
+        "wd": rng.standard_normal((10, 1, 3, 3)).astype(np.float32),
+        "fw": rng.standard_normal((10, 5)).astype(np.float32),
+        "fb": rng.standard_normal(5).astype(np.float32),
+    }
+    nodes = [
+        Node("conv", "Conv", ["x", "w", "b"], ["c"], {"pads": [1, 1, 1, 1], "strides": [2, 1],
+                                                      "_act": ("Relu", {})}),
+        Node("dw", "Conv", ["c", "wd"], ["d"], {"pads": [1, 1, 1, 1], "group": 10}),
+        Node("gap", "GlobalAveragePool", ["d"], ["p"]),
+        Node("flat", "Flatten", ["p"], ["f"], {"axis": 1}),
+        Node("fc", "Gemm", ["f", "fw", "fb"], ["y"], {}),
+    ]
+    shapes = {"x": (1, 6, 9, 7), "c": (1, 10, 5, 7), "d": (1, 10, 5, 7), "p": (1, 10, 1, 1), "f": (1, 10),
+              "y": (1, 5)}
+    dtypes = {k: np.dtype(np.float32) for k in shapes}
+    return Graph(nodes, ["x"], ["c", "d", "y"], consts, shapes, dtypes, 17, {"x": (1, 6, 9, 7)}), {"x": x}
+
+
+def canary(precision: str = "fp32") -> float:
+    """Conv (+Relu), depthwise conv, global pool and Gemm on small random inputs against the
+    ``fallback`` kernels; returns the max norm-relative error, raises when it is too large."""
+    import fallback
+
+    from ..base import RunStats
+
+    rng = np.random.default_rng(7)
+    graph, feeds = _canary_graph(rng)
+    path = Gles3Path(precision)
+    seg = path.compile(graph.nodes, graph, ["x"], graph.outputs)
+    try:
+        got = seg.run(feeds, RunStats())
+    finally:
+        seg.close()
+    env = dict(feeds)
+    for node in graph.nodes:
+        args = [env[n] if n in env else graph.constants[n] for n in node.inputs]
+        env[node.outputs[0]] = fallback.run_node(node.op_type, args, node.attrs, graph.opset)[0]
+    tol = 2e-2 if precision == "fp16" else 1e-4
+    worst = 0.0
+    for name in graph.outputs:
+        want = np.asarray(env[name], np.float32)
+        err = float(np.linalg.norm(got[name] - want) / max(np.linalg.norm(want), 1e-30))
+        if not np.isfinite(err) or err > tol:
+            raise AssertionError(f"gles3 canary: {name} relative error {err:.3g} > {tol}")
+        worst = max(worst, err)
+    return worst
+
+
+__all__ = ["Gles3Path", "create", "canary", "kernel_name", "DEFAULT_TARGETS"]

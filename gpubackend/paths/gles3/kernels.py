@@ -1,0 +1,900 @@
+"""gles3 kernel generators: pure functions from a node (and the graph's shapes and constants) to a
+:class:`Kernel` record, or a string saying why the node is declined. No GL calls here; the
+runtime (:mod:`.runtime`) allocates, binds and draws.
+
+Each kernel is one fragment shader (``shaders/gles3/<op>.frag`` plus a generated preamble of
+shape constants, texture accessors and the unrolled inner steps) drawn over the output planes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import shaders
+
+from ...gl.device import activation_defines
+from ...graph import Graph, Node
+from .layout import TexLayout, plan_layout, to4d
+
+GLSL_VERSION = "300 es"
+MAX_LOOP = 1 << 16  # refuse shaders whose per-fragment loop would be absurdly long
+# llvmpipe (gallivm) ends all loops of a shader invocation after 65535 back-edges in total
+# (LP_MAX_TGSI_LOOP_ITERATIONS, one counter over every loop, nested or not) and silently skips
+# the remaining iterations: a kernel must keep each fragment's total loop count below it.
+LLVMPIPE_LOOP_LIMIT = 65535
+LOOP_BUDGET = 60000
+UNROLL_MATVECS = 40  # conv: largest fully unrolled body (4x4 matrix-vector products); llvmpipe JIT time grows fast
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the context allows (plain data, read once from ``ctx.info``) and the path's knobs."""
+
+    max_texture_size: int = 4096
+    max_draw_buffers: int = 4
+    max_uniform_block_size: int = 16384
+    max_fragment_uniform_blocks: int = 12
+    max_texture_units: int = 16
+    ubo_alignment: int = 256
+    targets: int = 4  # render targets per pass (measured; see benchmarks/bench_gles3.py)
+    baked: bool = True  # shape values as constants (True) or uniforms (False)
+
+    @property
+    def planes(self) -> int:
+        return max(1, min(self.targets, self.max_draw_buffers))
+
+
+@dataclass
+class Kernel:
+    name: str  # short stable kernel name (``disabled_kernels``)
+    fragment: str  # complete GLSL ES 3.00 source
+    inputs: list[tuple[str, str]]  # (shader prefix, tensor name): runtime tensors read
+    out: TexLayout
+    tiled: bool  # one draw per output tile (weights indexed by uniforms) or one draw overall
+    consts: dict[str, tuple[np.ndarray, TexLayout]] = field(default_factory=dict)  # prefix -> data
+    weights: np.ndarray | None = None  # (slices, NW, 4) float32: per output slice weight block
+    weight_mode: str = ""  # "ubo": block p bound to slice g*R+p; "texture": sampler WT
+    uniforms: dict[str, int] = field(default_factory=dict)  # shape values when not baked
+    alias: str = ""  # output is a view of this input (no draw)
+    in_layouts: dict[str, TexLayout] = field(default_factory=dict)  # prefix -> layout of each input
+    flops: int = 0
+
+
+def layout_of(shape: tuple[int, ...] | None, lim: Limits) -> TexLayout | str:
+    if shape is None:
+        return "shape not static"
+    s4 = to4d(shape)
+    if s4 is None:
+        return f"rank {len(shape)} > 4"
+    return plan_layout(s4, lim.planes, lim.max_texture_size)
+
+
+def _float(v: float) -> str:
+    v = float(v)
+    if math.isnan(v):
+        return "(0.0/0.0)"
+    if math.isinf(v):
+        return "3.402823e38" if v > 0 else "-3.402823e38"
+    return repr(v) if ("e" in repr(v) or "." in repr(v)) else repr(v) + ".0"
+
+
+# ---- preamble pieces ---------------------------------------------------------------------------
+
+def _input_decls(prefix: str, lay: TexLayout) -> str:
+    r = lay.planes
+    samplers = "\n".join(f"uniform sampler2D {prefix}_{p};" for p in range(r))
+    chain = " ".join(f"if (p == {p}) return texelFetch({prefix}_{p}, c, 0);" for p in range(r - 1))
+    return f"""{samplers}
+ivec2 {prefix}_xy(int n, int g, int y, int x) {{
+    int t = n * {prefix}_G + g;
+    int ty = t / {prefix}_COLS;
+    return ivec2((t - ty * {prefix}_COLS) * {prefix}_W + x, ty * {prefix}_H + y);
+}}
+vec4 {prefix}_plane(int p, int n, int g, int y, int x) {{
+    ivec2 c = {prefix}_xy(n, g, y, x);
+    {chain} return texelFetch({prefix}_{r - 1}, c, 0);
+}}
+vec4 {prefix}_get(int n, int s, int y, int x) {{
+    int g = s / {prefix}_R;
+    return {prefix}_plane(s - g * {prefix}_R, n, g, y, x);
+}}"""
+
+
+def _source(body: str, out: TexLayout, inputs: dict[str, TexLayout], tiled: bool,
+            defines: dict[str, object] | None = None, decls: str = "", consts: dict[str, int] | None = None,
+            baked: bool = True) -> str:
+    """``#version 300 es``, defines, header, generated declarations, then ``shaders/gles3/<body>``."""
+    d: dict[str, object] = {"R_OUT": out.planes, "TILED": int(tiled)}
+    d.update(out.defines("O"))
+    for prefix, lay in inputs.items():
+        d.update(lay.defines(prefix))
+    for k, v in (consts or {}).items():
+        if baked:
+            d[k] = v
+    d.update(defines or {})
+    parts = [shaders.read("gles3/header.glsl")]
+    if not baked:
+        parts += [f"uniform int {k};" for k in (consts or {})]
+    if tiled:
+        parts.append("uniform ivec4 u_tile;  // n, g, x0, y0 of the output tile this draw covers")
+    parts += [f"layout(location = {p}) out vec4 o_{p};" for p in range(out.planes)]
+    stores = " ".join(f"o_{p} = finish(r[{p}], g * R_OUT + {p});" for p in range(out.planes))
+    parts.append(f"#define STORE_OUTPUTS {stores}")
+    parts += [_input_decls(prefix, lay) for prefix, lay in inputs.items()]
+    if decls:
+        parts.append(decls)
+    return shaders.source(f"gles3/{body}", GLSL_VERSION, d, "\n".join(parts))
+
+
+def vertex_source() -> str:
+    return shaders.source("gles3/fullscreen.vert", GLSL_VERSION)
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def _shape(graph: Graph, name: str) -> tuple[int, ...] | None:
+    s = graph.shape(name)
+    return None if s is None else tuple(int(d) for d in s)
+
+
+def _ints(node: Node, key: str, default: list[int]) -> list[int]:
+    v = node.attrs.get(key)
+    return [int(x) for x in v] if v is not None else list(default)
+
+
+def _str(node: Node, key: str, default: str) -> str:
+    v = node.attrs.get(key, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _const(graph: Graph, node: Node, i: int) -> np.ndarray | None:
+    if i >= len(node.inputs) or not node.inputs[i]:
+        return None
+    return graph.constants.get(node.inputs[i])
+
+
+def _check_float(graph: Graph, names: list[str]) -> str | None:
+    for n in names:
+        if not n:
+            continue
+        dt = graph.constants[n].dtype if n in graph.constants else graph.dtypes.get(n)
+        if dt is not None and np.dtype(dt) != np.float32:
+            return f"tensor {n!r} is {np.dtype(dt)}; gles3 textures hold float32 only"
+    return None
+
+
+def _pads_2d(node: Node, in_hw: tuple[int, int], out_hw: tuple[int, int], k: list[int], s: list[int],
+             d: list[int]) -> list[int] | str:
+    """[top, left, bottom, right] from ``pads`` or ``auto_pad``."""
+    auto = _str(node, "auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        p = _ints(node, "pads", [0, 0, 0, 0]) if auto == "NOTSET" else [0, 0, 0, 0]
+        if len(p) != 4:
+            return f"pads {p} are not 2-D"
+        return [p[0], p[1], p[2], p[3]]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        res = []
+        for i in range(2):
+            total = max(0, (out_hw[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_hw[i])
+            res.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+        return [res[0], res[1], 0, 0]  # the end pads only matter to AveragePool's count (below)
+    return f"auto_pad {auto} not supported"
+
+
+# ---- convolution family --------------------------------------------------------------------------
+
+def _weight_mode(nw: int, lim: Limits) -> str:
+    return "ubo" if nw * 16 <= lim.max_uniform_block_size and lim.planes <= lim.max_fragment_uniform_blocks \
+        else "texture"
+
+
+def _wv(mode: str, p: int, idx: str) -> str:
+    return f"W{p}[{idx}]" if mode == "ubo" else f"wtex({p}, {idx})"
+
+
+def _weight_decls(mode: str, r_out: int, nw: int) -> str:
+    if mode == "ubo":
+        return "\n".join(f"layout(std140) uniform WB{p} {{ vec4 W{p}[{nw}]; }};" for p in range(r_out))
+    return f"""uniform sampler2D WT;
+vec4 wtex(int p, int i) {{
+    int j = (u_tile.y * R_OUT + p) * {nw} + i;
+    return texelFetch(WT, ivec2(j & 1023, j >> 10), 0);
+}}"""
+
+
+def _conv_code(kind: str, x: TexLayout, out: TexLayout, mode: str, nw: int, cig: int = 0, cog: int = 0,
+               unrolled: bool = False, kh: int = 1, kw: int = 1, always_inside: bool = False) -> str:
+    """conv_init(g, acc) and conv_pixel(n, g, iy, ix, k, acc), unrolled over output targets (and
+    input planes) so every weight index depends on uniforms and loop counters only."""
+    r = out.planes
+    init = "\n".join(f"    acc[{p}] = {_wv(mode, p, str(nw - 1))};" for p in range(r))
+    lines = [f"void conv_init(int g, out vec4 acc[R_OUT]) {{\n{init}\n}}",
+             "void conv_pixel(int n, int g, int iy, int ix, int k, bool inside, inout vec4 acc[R_OUT]) {"]
+    if kind == "dense":
+        def step(pi: int, gi: str) -> list[str]:
+            out_l = [f"        v = mix(vec4(0.0), X_plane({pi}, n, {gi}, iy, ix), bvec4(inside));"]
+            for p in range(r):
+                cols = ", ".join(_wv(mode, p, f"b + {pi * 4 + j}") for j in range(4))
+                out_l.append(f"        acc[{p}] += mat4({cols}) * v;")
+            return out_l
+        lines.append("    vec4 v;")
+        if x.slots > 1:
+            lines.append(f"    for (int gi = 0; gi < {x.slots - 1}; ++gi) {{")
+            lines.append(f"        int b = (k * {x.slices} + gi * {x.planes}) * 4;")
+            for pi in range(x.planes):
+                lines += step(pi, "gi")
+            lines.append("    }")
+        tail = x.slices - (x.slots - 1) * x.planes
+        lines.append("    {")
+        lines.append(f"        int b = (k * {x.slices} + {(x.slots - 1) * x.planes}) * 4;")
+        for pi in range(tail):
+            lines += step(pi, str(x.slots - 1))
+        lines.append("    }")
+    elif kind == "depthwise":
+        for p in range(r):
+            lines.append(f"    acc[{p}] += {_wv(mode, p, 'k')} * "
+                         f"mix(vec4(0.0), X_plane({p}, n, g, iy, ix), bvec4(inside));")
+    else:  # grouped: lane by lane, each output channel reads the channels of its own group
+        lines.append(f"    for (int icg = 0; icg < {cig}; ++icg) {{")
+        lines.append("        vec4 w;\n        int ic;\n        vec4 v;")
+        for p in range(r):
+            lines.append(f"        w = {_wv(mode, p, f'k * {cig} + icg')};")
+            for lane in range(4):
+                lines.append(f"        ic = min((g * R_OUT + {p}) * 4 + {lane}, O_C - 1) / {cog} * {cig} + icg;")
+                lines.append("        v = mix(vec4(0.0), X_get(n, ic / 4, iy, ix), bvec4(inside));")
+                lines.append(f"        acc[{p}][{lane}] += w[{lane}] * v[ic - (ic / 4) * 4];")
+        lines.append("    }")
+    lines.append("}")
+    if unrolled and kind != "grouped":
+        lines += _conv_all(kind, x, out, mode, kh, kw, always_inside)
+    return "\n".join(lines)
+
+
+def _conv_all(kind: str, x: TexLayout, out: TexLayout, mode: str, kh: int, kw: int, always_inside: bool) -> list[str]:
+    """conv_all(n, g, oy, ox, acc): every tap, input slice and target written out, so every
+    weight index is a constant."""
+    r = out.planes
+    lines = ["bool tap(int oy, int ox, int ky, int kx, out int iy, out int ix);",
+             "void conv_all(int n, int g, int oy, int ox, inout vec4 acc[R_OUT]) {",
+             "    int iy, ix;", "    bool inside;", "    vec4 v;"]
+    for ky in range(kh):
+        for kx in range(kw):
+            k = ky * kw + kx
+            lines.append(f"    inside = tap(oy, ox, {ky}, {kx}, iy, ix);")
+            sel = ("{}" if always_inside else "mix(vec4(0.0), {}, bvec4(inside))").format
+            if kind == "depthwise":
+                for p in range(r):
+                    lines.append(f"    acc[{p}] += {_wv(mode, p, str(k))} * {sel(f'X_plane({p}, n, g, iy, ix)')};")
+                continue
+            for si in range(x.slices):
+                lines.append(f"    v = {sel(f'X_plane({si % x.planes}, n, {si // x.planes}, iy, ix)')};")
+                b = (k * x.slices + si) * 4
+                for p in range(r):
+                    cols = ", ".join(_wv(mode, p, str(b + j)) for j in range(4))
+                    lines.append(f"    acc[{p}] += mat4({cols}) * v;")
+    lines.append("}")
+    return lines
+
+
+def _pack_weights(blocks: np.ndarray, bias: np.ndarray, out: TexLayout) -> np.ndarray:
+    """(C_out, NW-1) per-output-channel weights + bias -> (G*R, NW, 4) per output slice."""
+    cout, nwm1 = blocks.shape
+    total = out.slots * out.planes
+    arr = np.zeros((total * 4, nwm1 + 1), np.float32)
+    arr[:cout, :nwm1] = blocks
+    arr[:cout, nwm1] = bias
+    return np.ascontiguousarray(arr.reshape(total, 4, nwm1 + 1).transpose(0, 2, 1))
+
+
+def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarray, bias: np.ndarray | None,
+                 out_shape: tuple[int, ...], strides: list[int], dil: list[int], pads: list[int], group: int,
+                 transpose: bool, act: tuple | None, name: str) -> Kernel | str:
+    xs = _shape(graph, x_name)
+    x = layout_of(xs, lim)
+    if isinstance(x, str):
+        return x
+    out = layout_of(out_shape, lim)
+    if isinstance(out, str):
+        return out
+    cout, cin = out.c, x.c
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    k = kh * kw
+    if bias is None:
+        bias = np.zeros(cout, np.float32)
+    bias = np.asarray(bias, np.float32).reshape(-1)
+    if bias.size != cout:
+        return f"bias has {bias.size} values for {cout} output channels"
+    if transpose:
+        if group != 1:
+            return "grouped ConvTranspose not supported"
+        kind = "dense"
+        wt = np.asarray(w, np.float32).transpose(1, 0, 2, 3)  # [Cout, Cin, kh, kw]
+    elif group == 1:
+        kind = "dense"
+        wt = np.asarray(w, np.float32)
+    elif group == cin and cout == cin and w.shape[1] == 1:
+        kind = "depthwise"
+        wt = np.asarray(w, np.float32)
+    else:
+        kind = "grouped"
+        wt = np.asarray(w, np.float32)
+    if kind == "dense":
+        # block[co, (k, si, j)]: weight of input channel 4*si+j at kernel position k
+        full = np.zeros((cout, k, x.slices * 4), np.float32)
+        full[:, :, :cin] = wt.reshape(cout, cin, k).transpose(0, 2, 1)
+        blocks = full.reshape(cout, -1)
+        cig = cog = 0
+    elif kind == "depthwise":
+        blocks = wt.reshape(cout, k)
+        cig = cog = 1
+    else:
+        cig, cog = cin // group, cout // group
+        blocks = wt.reshape(cout, cig, k).transpose(0, 2, 1).reshape(cout, k * cig)
+    nw = blocks.shape[1] + 1
+    mode = _weight_mode(nw, lim)
+    if kind == "depthwise" and (x.planes != out.planes or x.slots != out.slots):
+        return "depthwise input/output layouts differ"
+    loop = (x.slices * 4 if kind != "grouped" else cig * 16) * k
+    if loop > MAX_LOOP * 16:
+        return f"{loop} multiply-adds per output pixel is too long for one fragment"
+    weights = _pack_weights(blocks, bias, out)
+    if mode == "texture" and weights.size // 4 > 1024 * lim.max_texture_size:
+        return "weights do not fit a texture"
+    consts = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "DH": dil[0], "DW": dil[1],
+              "PT": pads[0], "PL": pads[1]}
+    # Unrolled: constant weight indices (uniform loads); capped so the shader stays compilable.
+    unrolled = lim.baked and kind != "grouped" and mode == "ubo" and \
+        k * (x.slices if kind == "dense" else 1) * out.planes <= UNROLL_MATVECS
+    # every tap inside the input (no padding, window within bounds): no select needed
+    always_inside = not transpose and not any(pads) and \
+        (out.h - 1) * strides[0] + (kh - 1) * dil[0] < x.h and (out.w - 1) * strides[1] + (kw - 1) * dil[1] < x.w
+    decls = _weight_decls(mode, out.planes, nw) + "\n" + _conv_code(kind, x, out, mode, nw, cig, cog,
+                                                                       unrolled, kh, kw, always_inside)
+    defines = activation_defines(act)
+    if unrolled:
+        defines["CONV_UNROLLED"] = True
+    src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, True,
+                  defines, decls, consts, lim.baked)
+    flops = 2 * out.n * out.h * out.w * cout * k * (cin // group if not transpose else cin)
+    if transpose:
+        flops //= strides[0] * strides[1]
+    return Kernel(name, src, [("X", x_name)], out, True, weights=weights, weight_mode=mode, in_layouts={"X": x},
+                  uniforms={} if lim.baked else consts, flops=flops)
+
+
+def conv(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    w = _const(graph, node, 1)
+    if w is None:
+        return "weights are not constant"
+    if w.ndim != 4:
+        return f"{w.ndim - 2}-D convolution (only 2-D)"
+    bias = _const(graph, node, 2)
+    if len(node.inputs) > 2 and node.inputs[2] and bias is None:
+        return "bias is not constant"
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None:
+        return "shape not static"
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    s = _ints(node, "strides", [1, 1])
+    d = _ints(node, "dilations", [1, 1])
+    pads = _pads_2d(node, (xs[2], xs[3]), (ys[2], ys[3]), [kh, kw], s, d)
+    if isinstance(pads, str):
+        return pads
+    group = int(node.attrs.get("group", 1))
+    act = node.attrs.get("_act")
+    name = kernel_name(node, graph) or "conv"
+    return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, s, d, pads, group, False, act, name)
+
+
+def conv_transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    w = _const(graph, node, 1)
+    if w is None:
+        return "weights are not constant"
+    if w.ndim != 4:
+        return f"{w.ndim - 2}-D ConvTranspose (only 2-D)"
+    bias = _const(graph, node, 2)
+    if len(node.inputs) > 2 and node.inputs[2] and bias is None:
+        return "bias is not constant"
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None:
+        return "shape not static"
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    s = _ints(node, "strides", [1, 1])
+    d = _ints(node, "dilations", [1, 1])
+    auto = _str(node, "auto_pad", "NOTSET")
+    if "pads" in node.attrs and auto == "NOTSET":
+        pads = _ints(node, "pads", [0, 0, 0, 0])
+    else:
+        opad = _ints(node, "output_padding", [0, 0])
+        pads = []
+        for i in range(2):
+            total = s[i] * (xs[2 + i] - 1) + opad[i] + (( [kh, kw][i] - 1) * d[i] + 1) - ys[2 + i]
+            pads.append(total - total // 2 if auto != "SAME_UPPER" else total // 2)
+    act = node.attrs.get("_act")
+    return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, s, d, pads[:2],
+                        int(node.attrs.get("group", 1)), True, act, "convtranspose")
+
+
+def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    """Gemm / MatMul with a constant right operand: a 1x1 convolution of the [M, K] input."""
+    a_name = node.inputs[0]
+    b = _const(graph, node, 1)
+    if a_name in graph.constants:
+        return "left operand is constant"
+    if b is None:
+        return "right operand is not constant"
+    xs = _shape(graph, a_name)
+    if xs is None or len(xs) != 2 or b.ndim != 2:
+        return f"only 2-D x 2-D products (got {xs} x {list(b.shape)})"
+    c = None
+    if node.op_type == "Gemm":
+        if int(node.attrs.get("transA", 0)):
+            return "transA not supported"
+        if int(node.attrs.get("transB", 0)):
+            b = b.T
+        alpha = float(node.attrs.get("alpha", 1.0))
+        beta = float(node.attrs.get("beta", 1.0))
+        b = b * alpha
+        c = _const(graph, node, 2)
+        if len(node.inputs) > 2 and node.inputs[2] and c is None:
+            return "C is not constant"
+        if c is not None:
+            if c.size not in (1, b.shape[1]) or (c.ndim == 2 and c.shape[0] != 1):
+                return f"C of shape {list(c.shape)} is not a per-column bias"
+            c = np.broadcast_to(c.reshape(-1) * beta, (b.shape[1],))
+    k, nout = b.shape
+    if xs[1] != k:
+        return f"inner dimensions differ ({xs[1]} vs {k})"
+    w = np.ascontiguousarray(b.T.reshape(nout, k, 1, 1), np.float32)
+    ys = (xs[0], nout)
+    name = "gemm" if node.op_type == "Gemm" else "matmul"
+    return _conv_kernel(node, graph, lim, a_name, w, c, ys, [1, 1], [1, 1], [0, 0, 0, 0], 1, False,
+                        node.attrs.get("_act"), name)
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+_BINOPS = {"Add": "((a) + (b))", "Sub": "((a) - (b))", "Mul": "((a) * (b))", "Div": "((a) / (b))",
+           "Max": "max(a, b)", "Min": "min(a, b)",
+           "PRelu": "mix((a) * (b), (a), greaterThanEqual((a), vec4(0.0)))"}
+
+
+def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    if len(node.inputs) != 2:
+        return f"{node.op_type} with {len(node.inputs)} inputs (only 2)"
+    ys = _shape(graph, node.outputs[0])
+    out = layout_of(ys, lim)
+    if isinstance(out, str):
+        return out
+    assert ys is not None
+    o4 = to4d(ys)
+    assert o4 is not None
+    inputs: dict[str, TexLayout] = {}
+    tensors: list[tuple[str, str]] = []
+    consts: dict[str, tuple[np.ndarray, TexLayout]] = {}
+    defines: dict[str, object] = {"BINOP(a, b)": _BINOPS[node.op_type]}
+    if all(n in graph.constants for n in node.inputs):
+        return "all inputs are constant"
+    for prefix, name in zip("AB", node.inputs):
+        s = _shape(graph, name)
+        if s is None:
+            return "shape not static"
+        if len(s) > len(ys):
+            return "operand rank above output rank"
+        aligned = (1,) * (len(ys) - len(s)) + s
+        a4 = to4d(aligned)
+        assert a4 is not None
+        if any(ad not in (1, od) for ad, od in zip(a4, o4)):
+            return f"shapes {s} and {ys} do not broadcast in the NCHW view"
+        value = graph.constants.get(name)
+        if value is not None and value.size == 1:
+            defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"vec4({_float(value.reshape(-1)[0])})"
+            continue
+        lay = plan_layout(a4, lim.planes, lim.max_texture_size)
+        if isinstance(lay, str):
+            return lay
+        if value is not None:
+            consts[prefix] = (np.asarray(value, np.float32).reshape(a4), lay)
+        else:
+            if to4d(s) != a4:
+                return f"operand {name!r} of shape {s} is stored in another NCHW view than the output {ys}"
+            tensors.append((prefix, name))
+        inputs[prefix] = lay
+        if a4 == o4 and lay == out:
+            defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"{prefix}_plane(p, n, g, y, x)"
+        else:
+            nn = "0" if a4[0] == 1 else "(n)"
+            yy = "0" if a4[2] == 1 else "(y)"
+            xx = "0" if a4[3] == 1 else "(x)"
+            if a4[1] == 1 and o4[1] > 1:
+                expr = f"{prefix}_get({nn}, 0, {yy}, {xx}).xxxx"
+            else:
+                expr = f"{prefix}_get({nn}, (g) * R_OUT + (p), {yy}, {xx})"
+            defines[f"{prefix}_LOAD(n, g, p, y, x)"] = expr
+    src = _source("binary.frag", out, inputs, False, defines)
+    return Kernel("binary", src, tensors, out, False, consts=consts, flops=int(np.prod(ys)), in_layouts=inputs)
+
+
+_UNARY = {"Abs": "abs(v)", "Neg": "(-(v))", "Exp": "exp(v)", "Log": "log(v)", "Sqrt": "sqrt(v)",
+          "Reciprocal": "(1.0 / (v))", "Floor": "floor(v)", "Ceil": "ceil(v)", "Sin": "sin(v)", "Cos": "cos(v)",
+          "Softsign": "((v) / (1.0 + abs(v)))",
+          "Softplus": "(max(v, vec4(0.0)) + log(1.0 + exp(-abs(v))))"}
+_ACT_OPS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+
+
+def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    xs = _shape(graph, node.inputs[0])
+    x = layout_of(xs, lim)
+    if isinstance(x, str):
+        return x
+    op = node.op_type
+    defines: dict[str, object] = {}
+    if op in _ACT_OPS:
+        params: dict[str, float] = {}
+        if op == "Clip":
+            lo, hi = node.attrs.get("min"), node.attrs.get("max")
+            for i, key in ((1, "min"), (2, "max")):
+                if len(node.inputs) > i and node.inputs[i]:
+                    v = _const(graph, node, i)
+                    if v is None:
+                        return f"Clip {key} is not constant"
+                    if key == "min":
+                        lo = float(v)
+                    else:
+                        hi = float(v)
+            params = {"min": float("-inf") if lo is None else float(lo),
+                      "max": float("inf") if hi is None else float(hi)}
+        elif op == "LeakyRelu":
+            params = {"alpha": float(node.attrs.get("alpha", 0.01))}
+        elif op == "HardSigmoid":
+            params = {"alpha": float(node.attrs.get("alpha", 0.2)), "beta": float(node.attrs.get("beta", 0.5))}
+        defines.update(activation_defines((op, params)))
+        defines["UNOP(v)"] = "activate(v)"
+    elif op == "Elu":
+        a = _float(node.attrs.get("alpha", 1.0))
+        defines["UNOP(v)"] = f"mix({a} * (exp(min(v, vec4(0.0))) - 1.0), v, greaterThan(v, vec4(0.0)))"
+    elif op == "Selu":
+        a = _float(node.attrs.get("alpha", 1.67326319217681884765625))
+        gm = _float(node.attrs.get("gamma", 1.05070102214813232421875))
+        defines["UNOP(v)"] = f"({gm} * mix({a} * (exp(min(v, vec4(0.0))) - 1.0), v, greaterThan(v, vec4(0.0))))"
+    else:
+        defines["UNOP(v)"] = _UNARY[op]
+    src = _source("unary.frag", x, {"X": x}, False, defines)
+    return Kernel("unary", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs or (1,))),
+                  in_layouts={"X": x})
+
+
+# ---- pooling, resize, concat, softmax, pad -----------------------------------------------------
+
+def pool(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    if len([o for o in node.outputs if o]) > 1:
+        return "MaxPool Indices output not supported"
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None:
+        return "shape not static"
+    if len(xs) != 4:
+        return f"{len(xs) - 2}-D pooling (only 2-D)"
+    x, out = layout_of(xs, lim), layout_of(ys, lim)
+    if isinstance(x, str) or isinstance(out, str):
+        return x if isinstance(x, str) else str(out)
+    k = _ints(node, "kernel_shape", [])
+    s = _ints(node, "strides", [1, 1])
+    d = _ints(node, "dilations", [1, 1])
+    if len(k) != 2:
+        return "kernel_shape is not 2-D"
+    auto = _str(node, "auto_pad", "NOTSET")
+    pads = _pads_2d(node, (xs[2], xs[3]), (ys[2], ys[3]), k, s, d)
+    if isinstance(pads, str):
+        return pads
+    if auto.startswith("SAME"):
+        ends = []
+        for i in range(2):
+            total = max(0, (ys[2 + i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - xs[2 + i])
+            ends.append(total - pads[i])
+        pads = [pads[0], pads[1], ends[0], ends[1]]
+    is_max = node.op_type == "MaxPool"
+    if not is_max and int(node.attrs.get("count_include_pad", 0)) and auto.startswith("SAME"):
+        return "count_include_pad with auto_pad SAME"
+    defines = {"POOL_MAX": int(is_max), "COUNT_PAD": int(node.attrs.get("count_include_pad", 0)),
+               "KH": k[0], "KW": k[1], "SH": s[0], "SW": s[1], "DH": d[0], "DW": d[1],
+               "PT": pads[0], "PL": pads[1], "PB": pads[2], "PR": pads[3]}
+    src = _source("pool.frag", out, {"X": x}, False, defines)
+    return Kernel("pool", src, [("X", node.inputs[0])], out, False, flops=int(np.prod(ys)) * k[0] * k[1],
+                  in_layouts={"X": x})
+
+
+GP_K = 8  # globalpool: columns per unrolled step of the row loop
+
+
+def global_pool_back_edges(h: int, w: int) -> int:
+    """Loop back-edges one globalpool fragment takes (see ``LLVMPIPE_LOOP_LIMIT``): per row, the
+    row loop's step plus the unrolled column steps, the tail columns and the two loop exits."""
+    return h * (w // GP_K + w % GP_K + 2) + 1
+
+
+def _global_pool_defines(planes: int, is_max: bool) -> dict[str, object]:
+    ps = range(planes)
+    init = "vec4(-3.402823e38)" if is_max else "vec4(0.0)"
+    add = (lambda p: f"row{p} = max(row{p}, texelFetch(X_{p}, c, 0));") if is_max else \
+        (lambda p: f"row{p} += texelFetch(X_{p}, c, 0);")
+    return {
+        "POOL_MAX": int(is_max), "GP_K": GP_K,
+        "GP_INIT": " ".join(f"vec4 acc{p} = {init};" for p in ps),
+        # Average: per-row partial sums (less rounding than one running sum over H x W).
+        "GP_ROW": " ".join(f"vec4 row{p} = {'acc' + str(p) if is_max else 'vec4(0.0)'};" for p in ps),
+        "GP_ADD(dx)": "{ ivec2 c = base + ivec2(x + (dx), y); " + " ".join(add(p) for p in ps) + " }",
+        "GP_ADD_K": " ".join(f"GP_ADD({k})" for k in range(GP_K)),
+        "GP_ROW_END": " ".join(f"acc{p} = row{p};" if is_max else f"acc{p} += row{p};" for p in ps),
+        "GP_OUT": " ".join(f"r[{p}] = acc{p};" if is_max else f"r[{p}] = acc{p} / float(X_H * X_W);" for p in ps),
+    }
+
+
+def global_pool(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None:
+        return "shape not static"
+    if node.op_type == "ReduceMean":
+        axes = node.attrs.get("axes")
+        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+            a = _const(graph, node, 1)
+            if a is None:
+                return "axes are not constant"
+            axes = a.tolist()
+        if len(xs) != 4 or axes is None or sorted(int(a) % 4 for a in axes) != [2, 3] \
+                or not int(node.attrs.get("keepdims", 1)):
+            return "ReduceMean only over H and W of a 4-D tensor with keepdims"
+    if len(xs) != 4:
+        return "global pooling of a tensor that is not 4-D"
+    x, out = layout_of(xs, lim), layout_of(ys, lim)
+    if isinstance(x, str) or isinstance(out, str):
+        return x if isinstance(x, str) else str(out)
+    if x.planes != out.planes:
+        return f"input in {x.planes} planes, output in {out.planes}"
+    is_max = node.op_type == "GlobalMaxPool"
+    edges = global_pool_back_edges(x.h, x.w)
+    if edges > LOOP_BUDGET:
+        return (f"{x.h}x{x.w} positions per fragment is too many ({edges} loop iterations; "
+                f"llvmpipe stops loops after {LLVMPIPE_LOOP_LIMIT})")
+    src = _source("globalpool.frag", out, {"X": x}, False, _global_pool_defines(out.planes, is_max))
+    return Kernel("globalpool", src, [("X", node.inputs[0])], out, False, flops=int(np.prod(xs)),
+                  in_layouts={"X": x})
+
+
+def resize(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None:
+        return "shape not static"
+    if len(xs) != 4 or xs[:2] != ys[:2]:
+        return "resizing only H and W of a 4-D tensor"
+    mode = _str(node, "mode", "nearest")
+    if node.op_type == "Upsample" or graph.opset < 11:
+        ct = "asymmetric"
+        scales = node.attrs.get("scales")
+        if scales is None:
+            v = _const(graph, node, 1)
+            if v is None:
+                return "scales are not constant"
+            scales = v.tolist()
+    else:
+        ct = _str(node, "coordinate_transformation_mode", "half_pixel")
+        if int(node.attrs.get("antialias", 0)):
+            return "antialias not supported"
+        if node.attrs.get("axes") is not None:
+            return "axes not supported"
+        sc = _const(graph, node, 2)
+        if len(node.inputs) > 2 and node.inputs[2] and sc is None:
+            return "scales are not constant"
+        scales = sc.tolist() if sc is not None and sc.size else [ys[i] / xs[i] for i in range(4)]
+        if sc is None or not sc.size:
+            if len(node.inputs) > 3 and node.inputs[3] and _const(graph, node, 3) is None:
+                return "sizes are not constant"
+    if mode not in ("nearest", "linear", "bilinear"):
+        return f"mode {mode} not supported"
+    cts = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3,
+           "tf_half_pixel_for_nn": 4}
+    if ct not in cts:
+        return f"coordinate_transformation_mode {ct} not supported"
+    nms = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
+    nm = _str(node, "nearest_mode", "round_prefer_floor")
+    if nm not in nms:
+        return f"nearest_mode {nm} not supported"
+    if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
+        return "scales on N or C"
+    x, out = layout_of(xs, lim), layout_of(ys, lim)
+    if isinstance(x, str) or isinstance(out, str):
+        return x if isinstance(x, str) else str(out)
+    defines = {"RESIZE_LINEAR": int(mode != "nearest"), "COORD_MODE": cts[ct], "NEAREST_MODE": nms[nm],
+               "SCALE_Y": _float(float(np.float32(scales[2]))), "SCALE_X": _float(float(np.float32(scales[3])))}
+    src = _source("resize.frag", out, {"X": x}, False, defines)
+    return Kernel("resize", src, [("X", node.inputs[0])], out, False, flops=int(np.prod(ys)) * 8,
+                  in_layouts={"X": x})
+
+
+def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    ys = _shape(graph, node.outputs[0])
+    out = layout_of(ys, lim)
+    if isinstance(out, str):
+        return out
+    assert ys is not None
+    axis = int(node.attrs.get("axis", 1)) % len(ys)
+    if axis != 1 or len(ys) < 2:
+        return f"Concat along axis {axis} (only channels, axis 1)"
+    inputs: dict[str, TexLayout] = {}
+    tensors: list[tuple[str, str]] = []
+    consts: dict[str, tuple[np.ndarray, TexLayout]] = {}
+    offsets = []
+    off = 0
+    units = 0
+    for i, name in enumerate(node.inputs):
+        s = _shape(graph, name)
+        lay = layout_of(s, lim)
+        if isinstance(lay, str):
+            return lay
+        prefix = f"X{i}"
+        inputs[prefix] = lay
+        units += lay.planes
+        if name in graph.constants:
+            consts[prefix] = (np.asarray(graph.constants[name], np.float32).reshape(to4d(s)), lay)  # type: ignore[arg-type]
+        else:
+            tensors.append((prefix, name))
+        offsets.append(off)
+        off += lay.c
+    if units > lim.max_texture_units:
+        return f"{units} input textures exceed the {lim.max_texture_units} texture units"
+    aligned = all(o % 4 == 0 for o in offsets)
+    parts = []
+    if aligned:
+        parts.append("vec4 concat_slice(int n, int s, int y, int x) {")
+        for i in range(len(offsets) - 1, 0, -1):
+            parts.append(f"    if (s >= {offsets[i] // 4}) return X{i}_get(n, s - {offsets[i] // 4}, y, x);")
+        parts.append("    return X0_get(n, s, y, x);\n}")
+    else:
+        parts.append("float concat_lane(int n, int c, int y, int x) {")
+        for i in range(len(offsets) - 1, -1, -1):
+            cond = f"if (c >= {offsets[i]}) " if i else ""
+            parts.append(f"    {cond}{{ int k = c - {offsets[i]}; return X{i}_get(n, k / 4, y, x)[k - (k / 4) * 4]; }}")
+        parts.append("}")
+    src = _source("concat.frag", out, inputs, False, {"CONCAT_ALIGNED": int(aligned)}, "\n".join(parts))
+    return Kernel("concat", src, tensors, out, False, consts=consts, in_layouts=inputs)
+
+
+def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    xs = _shape(graph, node.inputs[0])
+    x = layout_of(xs, lim)
+    if isinstance(x, str):
+        return x
+    assert xs is not None
+    default = -1 if graph.opset >= 13 else 1
+    axis = int(node.attrs.get("axis", default)) % max(1, len(xs))
+    if axis != 1 or len(xs) < 2:
+        return f"Softmax along axis {axis} (only the channel axis 1)"
+    if graph.opset < 13 and int(np.prod(xs[2:])) != 1:
+        return "opset < 13 Softmax over flattened C*H*W"
+    src = _source("softmax.frag", x, {"X": x}, False)
+    return Kernel("softmax", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs)) * 3 * x.c,
+                  in_layouts={"X": x})
+
+
+def pad(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None or len(xs) != 4:
+        return "Pad only of static 4-D tensors"
+    if graph.opset >= 11:
+        p = _const(graph, node, 1)
+        if p is None:
+            return "pads are not constant"
+        pads = [int(v) for v in p.reshape(-1)]
+        cv = _const(graph, node, 2)
+        if len(node.inputs) > 2 and node.inputs[2] and cv is None:
+            return "constant_value is not constant"
+        value = 0.0 if cv is None or cv.size == 0 else float(cv.reshape(-1)[0])
+        if len(node.inputs) > 3 and node.inputs[3]:
+            return "axes input not supported"
+    else:
+        pads = _ints(node, "pads", [])
+        value = float(node.attrs.get("value", 0.0))
+    if len(pads) != 8 or any(pads[i] for i in (0, 1, 4, 5)):
+        return "Pad only over H and W"
+    mode = _str(node, "mode", "constant")
+    modes = {"constant": 0, "reflect": 1, "edge": 2}
+    if mode not in modes:
+        return f"mode {mode} not supported"
+    if mode == "reflect" and (max(pads[2], pads[6]) >= xs[2] or max(pads[3], pads[7]) >= xs[3]):
+        return "reflect pad wider than the input"
+    x, out = layout_of(xs, lim), layout_of(ys, lim)
+    if isinstance(x, str) or isinstance(out, str):
+        return x if isinstance(x, str) else str(out)
+    defines = {"PAD_MODE": modes[mode], "PAD_VALUE": _float(value), "PT": pads[2], "PL": pads[3]}
+    src = _source("pad.frag", out, {"X": x}, False, defines)
+    return Kernel("pad", src, [("X", node.inputs[0])], out, False, in_layouts={"X": x})
+
+
+_ALIAS_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+
+
+def alias(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    if node.op_type == "Dropout" and len([o for o in node.outputs if o]) > 1:
+        return "Dropout mask output not supported"
+    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    if xs is None or ys is None:
+        return "shape not static"
+    if to4d(xs) is None or to4d(xs) != to4d(ys):
+        return f"{xs} -> {ys} changes the texture layout"
+    out = layout_of(ys, lim)
+    if isinstance(out, str):
+        return out
+    return Kernel("layout", "", [("X", node.inputs[0])], out, False, alias=node.inputs[0], in_layouts={"X": out})
+
+
+def _kernel_for(op: str) -> Callable[[Node, Graph, Limits], Kernel | str] | None:
+    if op == "Conv":
+        return conv
+    if op == "ConvTranspose":
+        return conv_transpose
+    if op in ("Gemm", "MatMul"):
+        return gemm
+    if op in _BINOPS:
+        return binary
+    if op in _UNARY or op in _ACT_OPS or op in ("Elu", "Selu"):
+        return unary
+    if op in ("MaxPool", "AveragePool"):
+        return pool
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+        return global_pool
+    if op in ("Resize", "Upsample"):
+        return resize
+    if op == "Concat":
+        return concat
+    if op == "Softmax":
+        return softmax
+    if op == "Pad":
+        return pad
+    if op in _ALIAS_OPS:
+        return alias
+    return None
+
+
+def kernel_name(node: Node, graph: Graph) -> str | None:
+    """The short kernel name this path would use for ``node`` (None: no kernel)."""
+    op = node.op_type
+    if op == "Conv":
+        w = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+        group = int(node.attrs.get("group", 1))
+        if w is not None and w.ndim == 4 and group > 1:
+            return "depthwise" if w.shape[1] == 1 and w.shape[0] == group else "conv"
+        if w is not None and w.ndim == 4 and w.shape[2] == w.shape[3] == 1:
+            return "conv1x1"
+        return "conv"
+    table = {"ConvTranspose": "convtranspose", "Gemm": "gemm", "MatMul": "matmul", "Concat": "concat",
+             "Softmax": "softmax", "Pad": "pad", "MaxPool": "pool", "AveragePool": "pool",
+             "GlobalAveragePool": "globalpool", "GlobalMaxPool": "globalpool", "ReduceMean": "globalpool",
+             "Resize": "resize", "Upsample": "resize"}
+    if op in table:
+        return table[op]
+    if op in _BINOPS:
+        return "binary"
+    if op in _UNARY or op in _ACT_OPS or op in ("Elu", "Selu"):
+        return "unary"
+    if op in _ALIAS_OPS:
+        return "layout"
+    return None
+
+
+def build(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    """The kernel for ``node`` or the reason this path declines it."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain {node.domain!r}"
+    gen = _kernel_for(node.op_type)
+    if gen is None:
+        return f"no gles3 kernel for {node.op_type}"
+    if not node.inputs or not node.inputs[0]:
+        return "no data input"
+    bad = _check_float(graph, [n for n in node.inputs[:1] + node.outputs[:1]])
+    if bad:
+        return bad
+    if node.inputs[0] in graph.constants and node.op_type not in ("Concat",) + tuple(_BINOPS):
+        return "data input is constant"
+    return gen(node, graph, lim)

@@ -1,0 +1,266 @@
+"""The gles3 segment: textures, programs, weight buffers and draws for a run of gles3 nodes.
+Everything is allocated at compile time (textures pooled by liveness); a run uploads the
+segment's inputs, draws every kernel and reads back only the segment's outputs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...gl.device import GLDevice
+from ...graph import Graph, Node
+from ..base import RunStats, Segment
+from .kernels import Kernel, Limits, vertex_source
+from .layout import TexLayout, pack, unpack
+
+NEAREST = 0x2600  # GL_NEAREST: float textures are not filterable on every ES 3.0 device
+
+
+@dataclass(eq=False)
+class Storage:
+    """The textures (one per plane) holding one tensor, and the framebuffer drawing into them."""
+
+    layout: TexLayout
+    textures: list[Any]
+    fbo: Any = None
+    refs: int = 0
+
+
+@dataclass
+class Step:
+    node: Node
+    kernel: Kernel
+    program: Any = None
+    vao: Any = None
+    inputs: list[Storage] = field(default_factory=list)
+    out: Storage | None = None
+    ubo: Any = None
+    ubo_stride: int = 0
+    wtex: Any = None
+
+
+class Gles3Segment(Segment):
+    def __init__(self, dev: GLDevice, lim: Limits, dtype: str, kernels: dict[str, Kernel], nodes: list[Node],
+                 graph: Graph, inputs: list[str], outputs: list[str]):
+        super().__init__("gles3", nodes, inputs, outputs)
+        self.dev = dev
+        self.lim = lim
+        self.dtype = dtype  # "f4" or "f2"
+        self.poison: float | None = None  # tests: fill each output with this before its draw
+        self.shapes = {n: tuple(int(d) for d in graph.shape(n) or ()) for n in inputs + outputs}
+        self._pool: dict[tuple, list[Storage]] = {}
+        self._owned: list[Storage] = []
+        self._vaos: dict[int, Any] = {}
+        self._consts: list[Storage] = []
+        self._closed = False
+        self.storage: dict[str, Storage] = {}
+        self.layouts: dict[str, TexLayout] = {}  # a pooled Storage holds different layouts over time
+        vs = vertex_source()
+
+        last_use: dict[str, int] = {}
+        for idx, node in enumerate(nodes):
+            for name in node.inputs:
+                last_use[name] = idx
+        keep = set(outputs)
+        for name in inputs:
+            lay = kernels_layout_for_input(kernels, nodes, name)
+            st = self._alloc(lay)
+            st.refs += 1
+            self.storage[name] = st
+            self.layouts[name] = lay
+        self.steps: list[Step] = []
+        for idx, node in enumerate(nodes):
+            k = kernels[node.name]
+            step = Step(node, k)
+            step.inputs = [self.storage[name] for _, name in k.inputs]
+            if k.alias:
+                out = self.storage[k.alias]
+            else:
+                out = self._alloc(k.out)
+                step.program = dev.program(vs, k.fragment)
+                self._setup(step, k)
+            out.refs += 1
+            step.out = out
+            self.storage[node.outputs[0]] = out
+            self.layouts[node.outputs[0]] = k.out
+            self.steps.append(step)
+            for name in set(node.inputs):
+                if name in self.storage and last_use.get(name) == idx and name not in keep:
+                    self._release(self.storage[name])
+            if node.outputs[0] not in keep and node.outputs[0] not in last_use:
+                self._release(out)
+
+    # ---- allocation ----------------------------------------------------------------------------
+    def _alloc(self, lay: TexLayout) -> Storage:
+        key = (lay.size, lay.planes)
+        free = self._pool.get(key)
+        if free:
+            return free.pop()
+        texs = []
+        for _ in range(lay.planes):
+            t = self.dev.texture(lay.size, 4, None, dtype=self.dtype)
+            t.filter = (NEAREST, NEAREST)
+            texs.append(t)
+        st = Storage(lay, texs)
+        st.fbo = self.dev.ctx.framebuffer(color_attachments=texs)
+        self._owned.append(st)
+        return st
+
+    def _release(self, st: Storage) -> None:
+        st.refs -= 1
+        if st.refs <= 0 and st not in self._consts:
+            self._pool.setdefault((st.layout.size, st.layout.planes), []).append(st)
+
+    def _setup(self, step: Step, k: Kernel) -> None:
+        prog = step.program
+        unit = 0
+        members = set(prog)
+        for (prefix, _), st in zip(k.inputs, step.inputs):
+            for p in range(len(st.textures)):
+                if f"{prefix}_{p}" in members:
+                    prog[f"{prefix}_{p}"].value = unit + p
+            unit += len(st.textures)
+        for prefix, (data, lay) in k.consts.items():
+            st = Storage(lay, [])
+            for plane in pack(data, lay, np.float16 if self.dtype == "f2" else np.float32):
+                t = self.dev.texture(lay.size, 4, plane.tobytes(), dtype=self.dtype)
+                t.filter = (NEAREST, NEAREST)
+                st.textures.append(t)
+            self._consts.append(st)
+            step.inputs.append(st)
+            for p in range(lay.planes):
+                if f"{prefix}_{p}" in members:
+                    prog[f"{prefix}_{p}"].value = unit + p
+            unit += lay.planes
+        if k.weights is not None:
+            total, nw, _ = k.weights.shape
+            if k.weight_mode == "ubo":
+                align = max(16, self.lim.ubo_alignment)
+                stride = -(-nw * 16 // align) * align
+                buf = np.zeros((total, stride // 16, 4), np.float32)
+                buf[:, :nw] = k.weights
+                step.ubo = self.dev.buffer(buf)
+                step.ubo_stride = stride
+                for p in range(k.out.planes):
+                    if f"WB{p}" in members:
+                        prog[f"WB{p}"].binding = p
+            else:
+                flat = k.weights.reshape(-1, 4)
+                rows = -(-flat.shape[0] // 1024)
+                data = np.zeros((rows * 1024, 4), np.float32)
+                data[: flat.shape[0]] = flat
+                step.wtex = self.dev.texture((1024, rows), 4, data.tobytes(), dtype="f4")
+                step.wtex.filter = (NEAREST, NEAREST)
+                if "WT" in members:
+                    prog["WT"].value = unit
+                unit += 1
+        if unit > self.lim.max_texture_units:
+            raise ValueError(f"{step.node.name}: {unit} textures exceed {self.lim.max_texture_units} units")
+        for name, value in k.uniforms.items():
+            if name in members:
+                prog[name].value = value
+        key = id(prog)
+        if key not in self._vaos:
+            self._vaos[key] = self.dev.ctx.vertex_array(prog, [])
+        step.vao = self._vaos[key]
+
+    # ---- running -------------------------------------------------------------------------------
+    def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        np_dtype = np.float16 if self.dtype == "f2" else np.float32
+        for name in self.inputs:
+            st, lay = self.storage[name], self.layouts[name]
+            x = np.asarray(feeds[name], np.float32).reshape(lay.n, lay.c, lay.h, lay.w)
+            for tex, plane in zip(st.textures, pack(x, lay, np_dtype)):
+                self.dev.write(tex, plane)
+                stats.upload(plane.nbytes)
+        for step in self.steps:
+            if step.program is None:
+                continue
+            if stats.profile:  # synchronise around each node so its seconds are its own
+                self.dev.ctx.finish()
+                t0 = time.perf_counter()
+                self._draw(step, stats)
+                self.dev.ctx.finish()
+                stats.node_seconds[step.node.name] = time.perf_counter() - t0
+            else:
+                self._draw(step, stats)
+        result = {}
+        for name in self.outputs:
+            st, lay = self.storage[name], self.layouts[name]
+            planes = []
+            for p in range(lay.planes):
+                raw = st.fbo.read(components=4, dtype="f4", attachment=p)
+                arr = self.dev.readback(np.frombuffer(raw, np.float32).reshape(lay.size[1], lay.size[0], 4))
+                stats.download(arr.nbytes)
+                planes.append(arr)
+            result[name] = unpack(planes, lay).reshape(self.shapes[name])
+        return result
+
+    def _draw(self, step: Step, stats: RunStats) -> None:
+        k, prog, out = step.kernel, step.program, step.out
+        assert out is not None
+        unit = 0
+        for st in step.inputs:
+            for tex in st.textures:
+                tex.use(location=unit)
+                unit += 1
+        if step.wtex is not None:
+            step.wtex.use(location=unit)
+        fbo = out.fbo
+        fbo.use()
+        lay = k.out
+        if self.poison is not None:
+            fbo.viewport = (0, 0, *lay.size)
+            fbo.clear(*(self.poison,) * 4)
+        if not k.tiled:
+            fbo.viewport = (0, 0, *lay.size)
+            self.dev.dispatched()
+            step.vao.render(mode=4, vertices=3)
+            stats.dispatches += 1
+            return
+        tile = prog["u_tile"]
+        nw = k.weights.shape[1] if k.weights is not None else 0
+        for g in range(lay.slots):
+            if step.ubo is not None:
+                for p in range(lay.planes):
+                    step.ubo.bind_to_uniform_block(p, offset=(g * lay.planes + p) * step.ubo_stride, size=nw * 16)
+            for n in range(lay.n):
+                x0, y0 = lay.tile_origin(n, g)
+                tile.value = (n, g, x0, y0)
+                fbo.viewport = (x0, y0, lay.w, lay.h)
+                self.dev.dispatched()
+                step.vao.render(mode=4, vertices=3)
+                stats.dispatches += 1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for vao in self._vaos.values():
+            vao.release()
+        for st in self._owned + self._consts:
+            if st.fbo is not None:
+                st.fbo.release()
+            for t in st.textures:
+                t.release()
+        for step in self.steps:
+            for obj in (step.ubo, step.wtex):
+                if obj is not None:
+                    obj.release()
+
+
+def kernels_layout_for_input(kernels: dict[str, Kernel], nodes: list[Node], name: str) -> TexLayout:
+    """The layout a segment input is uploaded in: the one its first reader expects."""
+    for node in nodes:
+        k = kernels[node.name]
+        for prefix, tname in k.inputs:
+            if tname == name:
+                return _input_layout(k, prefix)
+    raise KeyError(name)
+
+
+def _input_layout(k: Kernel, prefix: str) -> TexLayout:
+    return k.in_layouts[prefix]

@@ -1,0 +1,546 @@
+"""The gles3 path (GL ES 3.0 fragment shaders with multiple render targets): every kernel against
+the ``fallback`` reference on random inputs and awkward shapes, with output textures poisoned
+(NaN) before each draw; whole models against onnxruntime; proof of ES 3.0 / GLSL ES 3.00 only."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path as FsPath
+
+import numpy as np
+import pytest
+
+import fallback
+from gpubackend.graph import Graph, Node
+from gpubackend.paths.base import RunStats
+
+ROOT = FsPath(__file__).resolve().parents[1]
+
+
+_PATHS: dict[tuple, object] = {}
+
+
+def gpath(precision: str = "fp32", targets: int | None = None):
+    from capability_probe.errors import DriverUnavailable
+    from gpubackend.paths import gles3
+
+    key = (precision, targets)
+    if key not in _PATHS:
+        try:
+            _PATHS[key] = gles3.Gles3Path(precision, targets=targets or gles3.DEFAULT_TARGETS)
+        except DriverUnavailable as exc:
+            pytest.skip(f"no GL ES 3.0 context with float render targets: {exc}")
+    return _PATHS[key]
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm((got - want).ravel()) / max(np.linalg.norm(want.ravel()), 1e-30))
+
+
+def run_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None,
+             attrs: dict | None = None, order: list[str] | None = None, opset: int = 17,
+             precision: str = "fp32", targets: int | None = None, tol: float | None = None) -> np.ndarray:
+    """Run one node on gles3 (outputs poisoned with NaN first) and compare with fallback."""
+    consts = consts or {}
+    attrs = attrs or {}
+    names = order or list(feeds) + list(consts)
+    arrays = {**feeds, **consts}
+    args = [arrays[n] if n else None for n in names]
+    want = np.asarray(fallback.run_node(op, args, attrs, opset)[0])
+    shapes = {n: tuple(a.shape) for n, a in arrays.items()}
+    shapes["y"] = tuple(want.shape)
+    dtypes = {n: np.dtype(np.float32) for n in shapes}
+    node = Node("n", op, names, ["y"], dict(attrs))
+    graph = Graph([node], list(feeds), ["y"], dict(consts), shapes, dtypes, opset,
+                  {n: tuple(a.shape) for n, a in feeds.items()})
+    path = gpath(precision, targets)
+    why = path.decline(node, graph)
+    assert why is None, why
+    seg = path.compile([node], graph, list(feeds), ["y"])
+    seg.poison = float("nan")
+    saved = {n: a.copy() for n, a in feeds.items()}
+    try:
+        stats = RunStats()
+        got = seg.run(feeds, stats)["y"]
+    finally:
+        seg.close()
+    for n, a in feeds.items():
+        np.testing.assert_array_equal(a, saved[n], err_msg="feeds were modified")
+    assert got.shape == want.shape
+    assert stats.dispatches >= 1 and stats.uploads >= 1 and stats.downloads >= 1
+    if precision == "fp16":
+        tol = tol or 1e-2
+    tol = tol or 1e-4
+    err = rel_err(got, want)
+    assert np.isfinite(got).all() == np.isfinite(want).all(), "non-finite values (an unwritten texel?)"
+    assert err < tol, f"{op} {attrs}: relative error {err:.3g}"
+    return got
+
+
+rng = np.random.default_rng(0)
+
+
+def rnd(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---- convolution family --------------------------------------------------------------------------
+
+CONV_CASES = [
+    # (N, Cin, H, W, Cout, k, stride, pad, dilation, group)
+    (1, 3, 9, 7, 5, 3, 1, 1, 1, 1),
+    (2, 6, 8, 8, 10, 3, 2, 1, 1, 1),
+    (1, 5, 1, 1, 7, 1, 1, 0, 1, 1),
+    (1, 17, 6, 5, 33, 1, 1, 0, 1, 1),
+    (1, 8, 11, 9, 12, 3, 1, 2, 2, 1),
+    (1, 7, 10, 8, 3, 5, 2, 2, 1, 1),
+    (1, 12, 7, 9, 12, 3, 1, 1, 1, 12),
+    (2, 10, 9, 6, 10, 3, 2, 1, 1, 10),
+    (1, 8, 6, 6, 12, 3, 1, 1, 1, 4),
+    (1, 6, 5, 7, 9, 3, 1, 1, 1, 3),
+    (1, 40, 5, 5, 70, 3, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv(case):
+    n, cin, h, w, cout, k, s, p, d, g = case
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p], "dilations": [d, d], "group": g}
+    run_node("Conv", {"x": rnd(n, cin, h, w)}, {"w": rnd(cout, cin // g, k, k, scale=0.3), "b": rnd(cout)}, attrs)
+
+
+@pytest.mark.parametrize("act", [("Relu", {}), ("Clip", {"min": 0.0, "max": 6.0}), ("LeakyRelu", {"alpha": 0.1}),
+                                 ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}), ("HardSwish", {}),
+                                 ("Sigmoid", {}), ("Tanh", {})], ids=lambda a: a[0])
+def test_conv_fused_activation(act):
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "_act": act}
+    run_node("Conv", {"x": rnd(1, 5, 7, 6)}, {"w": rnd(6, 5, 3, 3, scale=0.5)}, attrs)
+
+
+def test_conv_auto_pad_same_and_asymmetric_stride():
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": "SAME_UPPER"}
+    run_node("Conv", {"x": rnd(1, 4, 9, 8)}, {"w": rnd(6, 4, 3, 2)}, attrs)
+
+
+def test_conv_weights_in_texture_when_blocks_are_too_large():
+    from gpubackend.paths.gles3 import kernels
+
+    # 3x3 x 200 input channels: 450 vec4 per block... force the texture by a tiny block limit
+    path = gpath()
+    lim = path.limits
+    small = kernels.Limits(**{**lim.__dict__, "max_uniform_block_size": 256})
+    path.limits, path._kernels = small, {}
+    try:
+        run_node("Conv", {"x": rnd(1, 9, 6, 5)}, {"w": rnd(11, 9, 3, 3, scale=0.3), "b": rnd(11)},
+                 {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})
+    finally:
+        path.limits, path._kernels = lim, {}
+
+
+@pytest.mark.parametrize("case", [(1, 6, 5, 4, 3, 2, 2, 0), (1, 8, 4, 5, 5, 3, 2, 1), (2, 3, 3, 3, 4, 2, 2, 0),
+                                  (1, 5, 4, 4, 6, 3, 1, 1)], ids=str)
+def test_conv_transpose(case):
+    n, cin, h, w, cout, k, s, p = case
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p]}
+    run_node("ConvTranspose", {"x": rnd(n, cin, h, w)}, {"w": rnd(cin, cout, k, k), "b": rnd(cout)}, attrs)
+
+
+def test_conv_transpose_output_padding():
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}
+    run_node("ConvTranspose", {"x": rnd(1, 4, 5, 5)}, {"w": rnd(4, 3, 3, 3)}, attrs)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 10, 5), (3, 17, 9), (2, 64, 33)])
+def test_gemm(m, k, n):
+    run_node("Gemm", {"a": rnd(m, k)}, {"b": rnd(n, k), "c": rnd(n)}, {"transB": 1, "alpha": 0.5, "beta": 2.0})
+    run_node("MatMul", {"a": rnd(m, k)}, {"b": rnd(k, n)})
+
+
+# ---- elementwise ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
+def test_binary_same_shape(op):
+    b = rnd(2, 7, 5, 3)
+    if op == "Div":
+        b = np.abs(b) + 0.5
+    run_node(op, {"a": rnd(2, 7, 5, 3), "b": b})
+
+
+@pytest.mark.parametrize("bshape", [(1, 6, 1, 1), (1, 1, 5, 4), (1, 1, 1, 1), (1, 6, 5, 1), (2, 6, 5, 4)], ids=str)
+def test_binary_broadcast_tensor(bshape):
+    run_node("Mul", {"a": rnd(1, 6, 5, 4), "b": rnd(*bshape)})
+    run_node("Sub", {"b": rnd(*bshape), "a": rnd(1, 6, 5, 4)})
+
+
+@pytest.mark.parametrize("bshape", [(6, 1, 1), (4,), (5, 1), (1, 1, 4)], ids=str)
+def test_binary_broadcast_lower_rank_constant(bshape):
+    run_node("Add", {"a": rnd(1, 6, 5, 4)}, {"b": rnd(*bshape)})
+
+
+def test_binary_lower_rank_tensor_in_another_view_is_declined():
+    path = gpath()
+    g = Graph([], ["a", "b"], ["y"], {}, {"a": (1, 6, 5, 4), "b": (6, 1, 1), "y": (1, 6, 5, 4)}, {}, 17)
+    assert "NCHW view" in path.decline(Node("m", "Mul", ["a", "b"], ["y"], {}), g)
+
+
+def test_binary_squeeze_excite_scale_and_constants():
+    run_node("Mul", {"a": rnd(2, 9, 4, 3), "s": rnd(2, 9, 1, 1)})
+    run_node("Add", {"a": rnd(1, 9, 4, 3)}, {"c": rnd(9, 1, 1)})
+    run_node("Sub", {"a": rnd(1, 9, 4, 3)}, {"c": np.float32(0.25)}, order=["c", "a"])
+    run_node("PRelu", {"a": rnd(1, 5, 4, 3)}, {"slope": rnd(5, 1, 1)})
+
+
+@pytest.mark.parametrize("op,attrs", [("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("HardSwish", {}),
+                                      ("HardSigmoid", {"alpha": 0.3}), ("LeakyRelu", {"alpha": 0.2}),
+                                      ("Abs", {}), ("Neg", {}), ("Exp", {}), ("Floor", {}), ("Elu", {"alpha": 0.7}),
+                                      ("Softplus", {}), ("Selu", {})], ids=lambda v: str(v))
+def test_unary(op, attrs):
+    run_node(op, {"x": rnd(1, 7, 5, 3, scale=2.0)}, attrs=attrs)
+
+
+def test_unary_clip_inputs_and_rank2():
+    run_node("Clip", {"x": rnd(3, 9)}, {"lo": np.float32(-0.5), "hi": np.float32(0.7)})
+    run_node("Sqrt", {"x": np.abs(rnd(2, 5, 3)) + 0.1})
+
+
+# ---- pooling, resize, concat, softmax, pad ----------------------------------------------------
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+], ids=lambda v: str(v))
+def test_pool(op, attrs):
+    run_node(op, {"x": rnd(2, 6, 9, 7)}, attrs=attrs)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool(op):
+    run_node(op, {"x": rnd(2, 11, 7, 5)})
+
+
+# Large spatial reductions: llvmpipe stops all loops of a fragment after 65535 back-edges in
+# total and silently skips the rest (1x16x128x128 once lost ~1016 pixels of slice 3). Positive
+# inputs, so a skipped pixel shows as an error of the mean rather than averaging out.
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "ReduceMean"])
+@pytest.mark.parametrize("shape", [(1, 16, 128, 128), (1, 20, 96, 96)], ids=str)
+def test_global_pool_large_spatial(op, shape):
+    attrs, opset = ({"axes": [2, 3], "keepdims": 1}, 13) if op == "ReduceMean" else ({}, 17)
+    x = (rng.random(shape) + 0.5).astype(np.float32)
+    if op == "GlobalMaxPool":  # the maximum of each channel in its last row, where a cut loop stops
+        x[:, :, -1, -1] = 3.0 + np.arange(shape[1], dtype=np.float32)
+    got = run_node(op, {"x": x}, attrs=attrs, opset=opset, tol=1e-5)
+    if op != "GlobalMaxPool":
+        got1 = run_node(op, {"x": np.ones(shape, np.float32)}, attrs=attrs, opset=opset, tol=1e-6)
+        np.testing.assert_allclose(got1, 1.0, rtol=0, atol=1e-5)
+    assert got.shape == (shape[0], shape[1], 1, 1)
+
+
+def test_global_pool_stays_within_llvmpipe_loop_limit():
+    from gpubackend.paths.gles3 import kernels
+
+    assert kernels.global_pool_back_edges(128, 128) < kernels.LOOP_BUDGET
+    assert kernels.global_pool_back_edges(256, 256) < kernels.LOOP_BUDGET
+    path = gpath()
+    g = Graph([], ["x"], ["y"], {}, {"x": (1, 16, 2048, 2048), "y": (1, 16, 1, 1)}, {}, 17)
+    assert "too many" in path.decline(Node("g", "GlobalAveragePool", ["x"], ["y"], {}), g)
+
+
+def test_reduce_mean_hw_is_global_pool():
+    run_node("ReduceMean", {"x": rnd(1, 6, 5, 4)}, attrs={"axes": [2, 3], "keepdims": 1}, opset=13)
+
+
+@pytest.mark.parametrize("mode,ct,scales", [
+    ("linear", "half_pixel", [1, 1, 2, 2]), ("linear", "align_corners", [1, 1, 2, 3]),
+    ("linear", "pytorch_half_pixel", [1, 1, 0.5, 2]), ("linear", "asymmetric", [1, 1, 2, 2]),
+    ("nearest", "asymmetric", [1, 1, 2, 2]), ("nearest", "half_pixel", [1, 1, 3, 2]),
+], ids=str)
+def test_resize(mode, ct, scales):
+    attrs = {"mode": mode, "coordinate_transformation_mode": ct}
+    run_node("Resize", {"x": rnd(1, 5, 4, 6)}, {"roi": np.zeros(0, np.float32),
+                                                 "scales": np.array(scales, np.float32)}, attrs)
+
+
+def test_resize_sizes():
+    run_node("Resize", {"x": rnd(2, 3, 5, 4)}, {"sizes": np.array([2, 3, 9, 7], np.int64)},
+             {"mode": "linear"}, order=["x", "", "", "sizes"])
+
+
+@pytest.mark.parametrize("chans", [(4, 8), (3, 6), (5, 2, 7), (1, 1)], ids=str)
+def test_concat(chans):
+    feeds = {f"x{i}": rnd(2, c, 4, 3) for i, c in enumerate(chans)}
+    run_node("Concat", feeds, attrs={"axis": 1})
+
+
+@pytest.mark.parametrize("shape", [(2, 10), (1, 7, 3, 2), (3, 4)], ids=str)
+def test_softmax(shape):
+    run_node("Softmax", {"x": rnd(*shape, scale=3.0)}, attrs={"axis": 1})
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad(mode):
+    run_node("Pad", {"x": rnd(1, 5, 4, 6)}, {"pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+                                             "v": np.float32(0.5)}, {"mode": mode})
+
+
+# ---- fp16, render targets per pass, graphs of several nodes --------------------------------------
+
+def test_fp16_conv_and_binary():
+    run_node("Conv", {"x": rnd(1, 9, 6, 5)}, {"w": rnd(13, 9, 3, 3, scale=0.3)},
+             {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, precision="fp16")
+    run_node("Add", {"a": rnd(1, 6, 5, 4), "b": rnd(1, 6, 1, 1)}, precision="fp16")
+
+
+# 8 targets: the largest shaders of the file (~16 s of cold compiles); the default set keeps 1 and 2
+# (4 is the default of every other test).
+@pytest.mark.parametrize("targets", [1, 2, pytest.param(8, marks=pytest.mark.slow)])
+def test_render_targets_per_pass(targets):
+    run_node("Conv", {"x": rnd(1, 37, 5, 6)}, {"w": rnd(45, 37, 3, 3, scale=0.2), "b": rnd(45)},
+             {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, targets=targets)
+    run_node("Conv", {"x": rnd(1, 20, 5, 6)}, {"w": rnd(20, 1, 3, 3)},
+             {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 20}, targets=targets)
+    run_node("Concat", {"a": rnd(1, 13, 3, 2), "b": rnd(1, 22, 3, 2)}, attrs={"axis": 1}, targets=targets)
+
+
+def test_declines_with_reasons():
+    path = gpath()
+    g = Graph([], ["x"], ["y"], {"w": rnd(4, 3, 3, 3, 3)}, {"x": (1, 3, 5, 5, 5), "y": (1, 4, 3, 3, 3)},
+              {}, 17)
+    assert "2-D" in path.decline(Node("c", "Conv", ["x", "w"], ["y"], {}), g)
+    assert "no gles3 kernel" in path.decline(Node("t", "Transpose", ["x"], ["y"], {}), g)
+    g2 = Graph([], ["x"], ["y"], {}, {"x": (1, 4, 40000, 2), "y": (1, 4, 40000, 2)}, {}, 17)
+    assert "GL_MAX_TEXTURE_SIZE" in path.decline(Node("r", "Relu", ["x"], ["y"], {}), g2)
+
+
+# ---- ES 3.0 only ---------------------------------------------------------------------------------
+
+FORBIDDEN = re.compile(r"compute_shader|bind_to_storage_buffer|memory_barrier|bind_to_image|\.compute\(|"
+                       r"storage_buffer|imageLoad|imageStore|\bbuffer\s+\w+\s*\{")
+
+
+def test_package_uses_no_compute_or_ssbo_calls():
+    files = list((ROOT / "gpubackend" / "paths" / "gles3").glob("*.py")) + list((ROOT / "shaders" / "gles3").glob("*"))
+    assert files
+    for f in files:
+        hits = FORBIDDEN.findall(f.read_text())
+        assert not hits, f"{f.name} uses {hits}"
+
+
+def test_every_shader_compiles_as_glsl_es_300():
+    """Every gles3 shader the tests generate, plus each body with a minimal preamble, compiles as
+    #version 300 es with the reference compiler (glslangValidator) when it is installed."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from gpubackend.paths.gles3 import kernels
+
+    exe = shutil.which("glslangValidator")
+    if exe is None:
+        pytest.skip("glslangValidator not on PATH")
+    path = gpath()
+    import shaders
+
+    sources = {"fullscreen.vert": kernels.vertex_source(),
+               "fma_peak.frag": shaders.source("gles3/fma_peak.frag", "300 es", {"PEAK_ITERS": 4},
+                                               shaders.read("gles3/header.glsl"))}
+    graph = Graph([], ["x"], ["y"], {"w": rnd(6, 5, 3, 3), "wd": rnd(5, 1, 3, 3), "wg": rnd(6, 1, 3, 3),
+                                     "s": np.array([1, 1, 2, 2], np.float32),
+                                     "p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)},
+                  {"x": (1, 5, 6, 6), "y": (1, 6, 6, 6), "yd": (1, 5, 6, 6), "z": (1, 5, 12, 12),
+                   "q": (1, 5, 3, 3), "c": (1, 10, 6, 6), "x2": (1, 5, 6, 6), "yp": (1, 5, 8, 8),
+                   "g": (1, 5, 1, 1), "yt": (1, 6, 8, 8), "yg": (1, 6, 6, 6)}, {}, 17)
+    nodes = [Node("a", "Conv", ["x", "w"], ["y"], {"pads": [1] * 4, "_act": ("HardSwish", {})}),
+             Node("b", "Conv", ["x", "wd"], ["yd"], {"pads": [1] * 4, "group": 5}),
+             Node("b2", "Conv", ["x", "wg"], ["yg"], {"pads": [1] * 4, "group": 5}),
+             Node("t", "ConvTranspose", ["x", "w"], ["yt"], {"strides": [1, 1]}),
+             Node("r", "Resize", ["x", "", "s"], ["z"], {"mode": "linear"}),
+             Node("m", "MaxPool", ["x"], ["q"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+             Node("v", "AveragePool", ["x"], ["q"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+             Node("k", "Concat", ["x", "x2"], ["c"], {"axis": 1}),
+             Node("e", "Add", ["x", "x2"], ["x2"], {}), Node("u", "Sigmoid", ["x"], ["x2"], {}),
+             Node("gp", "GlobalAveragePool", ["x"], ["g"], {}), Node("sm", "Softmax", ["x"], ["x2"], {"axis": 1}),
+             Node("pd", "Pad", ["x", "p"], ["yp"], {"mode": "reflect"})]
+    graph.nodes = nodes
+    graph.constants["w"] = rnd(5, 6, 3, 3)  # ConvTranspose reads [Cin, Cout, k, k]; Conv a: 6x5
+    graph.constants["wc"] = rnd(6, 5, 3, 3)
+    nodes[0].inputs[1] = "wc"
+    for node in nodes:
+        k = kernels.build(node, graph, path.limits)
+        assert not isinstance(k, str), f"{node.op_type}: {k}"
+        sources[f"{node.name}_{node.op_type}.frag"] = k.fragment
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, src in sources.items():
+            assert src.startswith("#version 300 es\n"), name
+            f = FsPath(tmp) / name
+            f.write_text(src)
+            proc = subprocess.run([exe, str(f)], capture_output=True, text=True)
+            assert proc.returncode == 0, f"{name}:\n{proc.stdout}{proc.stderr}"
+
+
+class _NoComputeContext:
+    """Wraps a moderngl context; any compute or storage entry point raises."""
+
+    BANNED = ("compute_shader", "memory_barrier", "storage_buffer", "bind_to_storage_buffer")
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+
+    def __getattr__(self, name):
+        if any(b in name for b in self.BANNED):
+            raise AssertionError(f"gles3 called the non-ES-3.0 entry point ctx.{name}")
+        return getattr(self._ctx, name)
+
+
+def test_model_run_calls_no_compute_entry_points():
+    from gpubackend.paths import gles3
+
+    path = gpath()
+    dev = path.dev
+    real = dev.ctx
+    dev.ctx = _NoComputeContext(real)
+    dev.compute = lambda src: (_ for _ in ()).throw(AssertionError("gles3 asked for a compute shader"))
+    try:
+        graph, feeds = gles3._canary_graph(np.random.default_rng(1))
+        seg = path.compile(graph.nodes, graph, ["x"], graph.outputs)
+        seg.run(feeds, RunStats())
+        seg.close()
+    finally:
+        dev.ctx = real
+        del dev.compute
+
+
+# ---- segments and whole models --------------------------------------------------------------------
+
+def test_segment_keeps_intermediates_on_the_gpu():
+    from gpubackend.paths import gles3
+
+    path = gpath()
+    graph, feeds = gles3._canary_graph(np.random.default_rng(2))
+    seg = path.compile(graph.nodes, graph, ["x"], ["y"])
+    stats = RunStats()
+    out = seg.run(feeds, stats)
+    seg.close()
+    assert set(out) == {"y"}
+    # one upload per plane of x and one download per plane of y; nothing in between
+    assert stats.uploads == seg.storage["x"].layout.planes
+    assert stats.downloads == seg.storage["y"].layout.planes
+    assert stats.dispatches >= len(graph.nodes) - 1  # Flatten is a view, no draw
+
+
+def test_canary():
+    from gpubackend.paths import gles3
+
+    gpath()
+    assert gles3.canary() < 1e-4
+    assert gles3.canary("fp16") < 2e-2
+
+
+def _session(model, precision="fp32"):
+    import gpubackend
+
+    gpath()
+    try:
+        return gpubackend.Session(model, path="gles3", precision=precision, fallback=False)
+    except gpubackend.errors.PathUnavailableError as exc:
+        pytest.skip(f"session refused gles3: {exc}")
+
+
+# llvmpipe compiles each fragment shader (per render-target format: fp16 compiles them all again)
+# at its first draw, 2-4 s each under load with a cold Mesa shader cache. The small mobilenet has
+# the most distinct shaders of the two models, so it runs with -m slow; every kernel it uses
+# (conv, conv1x1, depthwise, globalpool, gemm, binary, unary) has its own default test above.
+@pytest.mark.parametrize("which,precision", [
+    ("unet", "fp32"), ("unet", "fp16"),
+    pytest.param("mobilenet", "fp32", marks=pytest.mark.slow),
+    pytest.param("mobilenet", "fp16", marks=pytest.mark.slow),
+])
+def test_models_against_onnxruntime(which, precision):
+    models = pytest.importorskip("models")
+    model = models.mobilenet_v2_like(64) if which == "mobilenet" else models.unet_like(64)
+    feeds = models.random_inputs(model, 0)
+    want = models.onnxruntime_outputs(model, feeds)
+    sess = _session(model, precision)
+    got = sess.run(feeds)
+    assert set(sess.placement.values()) == {"gles3"}, sess.explain()
+    tol = 1e-4 if precision == "fp32" else 1e-2
+    for g, w in zip(got, want):
+        assert rel_err(g, w) < tol
+    assert sess.stats.uploads >= 1 and sess.stats.downloads >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["mobilenet", "unet"])
+def test_models_full_size(which):
+    models = pytest.importorskip("models")
+    model = models.mobilenet_v2_like() if which == "mobilenet" else models.unet_like()
+    feeds = models.random_inputs(model, 0)
+    want = models.onnxruntime_outputs(model, feeds)
+    sess = _session(model)
+    for g, w in zip(sess.run(feeds), want):
+        assert rel_err(g, w) < 1e-4
+
+
+# ---- ONNX backend node tests forced onto gles3 (fallback=False) ---------------------------------
+
+NODE_INCLUDE = [
+    r"test_(basic_)?conv_with.*", r"test_conv_with_strides.*", r"test_convtranspose(_pad|_pads|_dilations)?",
+    r"test_basic_convtranspose", r"test_gemm_(default_.*|transposeB|alpha|beta|all_attributes)",
+    r"test_matmul_2d", r"test_relu", r"test_clip(_.*)?", r"test_leakyrelu(_.*)?", r"test_sigmoid(_.*)?",
+    r"test_hardsigmoid(_.*)?", r"test_hardswish", r"test_tanh(_.*)?", r"test_(add|sub|mul|div)(_bcast)?",
+    r"test_concat_.*", r"test_maxpool_2d_.*", r"test_averagepool_2d_.*", r"test_globalaveragepool(_.*)?",
+    r"test_globalmaxpool(_.*)?", r"test_softmax_.*", r"test_resize_(up|down)sample_scales_(linear|nearest)(_.*)?",
+    r"test_(constant|edge|reflect)_pad", r"test_flatten_.*", r"test_prelu_broadcast",
+]
+NODE_EXCLUDE = {
+    r".*_expanded(_ver\d+)?": "function-body expansions test other operators",
+    r"test_(basic_)?conv_.*|test_convtranspose.*|test_gemm_.*|test_matmul_2d|test_resize_.*|test_constant_pad|"
+    r"test_clip(_default_(min|max)|_example|_inbounds|_outbounds|_splitbounds|_min_greater_than_max)?":
+        "weights, scales, pads or bounds arrive as graph inputs; gles3 needs them constant (baked into the "
+        "shader or its uniform buffers), so the planner places these nodes on cpu",
+    r"test_clip_default_int8_.*|test_(edge|reflect)_pad|test_maxpool_2d_uint8": "integer tensors (gles3 "
+                                                                                 "textures hold floats)",
+    r"test_(add|sub|mul|div)_bcast|test_prelu_broadcast": "a runtime rank-1 operand [5] against [3,4,5] is "
+        "stored in another NCHW view (the same operand as a constant is supported)",
+    r"test_concat_(1d|2d|3d)_axis_(0|2|negative_1|negative_3)|test_concat_2d_axis_negative_2":
+        "concatenation along an axis other than channels (axis 1)",
+    r"test_softmax_(axis_0|axis_2|default_axis|negative_axis|large_number|example)": "softmax over an axis "
+                                                                                      "other than channels",
+    r"test_flatten_.*": "these Flattens change the NCHW view (no layout kernel; [N,C,1,1] -> [N,C] is a free view)",
+}
+
+
+def _node_cases() -> list[str]:
+    try:
+        from onnx_nodes import node_cases
+    except ImportError:
+        return []
+    return node_cases(NODE_INCLUDE, NODE_EXCLUDE)
+
+
+NODE_CASES = _node_cases()
+QUICK_NODE_CASES = [c for c in NODE_CASES if c in (
+    "test_relu", "test_hardswish", "test_add", "test_concat_3d_axis_1", "test_maxpool_2d_pads",
+    "test_averagepool_2d_pads_count_include_pad", "test_globalaveragepool", "test_softmax_axis_1")]
+
+
+@pytest.mark.parametrize("name", QUICK_NODE_CASES)
+def test_onnx_node_quick(name: str) -> None:
+    from onnx_nodes import run_node_case
+
+    gpath()
+    sess = run_node_case(name, "gles3", fallback=False)
+    assert set(sess.placement.values()) <= {"gles3"}, sess.explain()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [c for c in NODE_CASES if c not in QUICK_NODE_CASES])
+def test_onnx_node(name: str) -> None:
+    from onnx_nodes import run_node_case
+
+    gpath()
+    run_node_case(name, "gles3", fallback=False)
