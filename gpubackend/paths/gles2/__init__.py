@@ -1,0 +1,252 @@
+"""The OpenGL ES 2.0 path: every tensor in RGBA8 textures (one float32, or two float16, per
+texel: docs/gles2_encoding.md), every node one draw of a per-shape generated GLSL ES 1.00
+fragment shader over its output texture (``kernels.py``). Tensors stay in textures between
+the nodes of a segment; only the segment's inputs are uploaded and its outputs read back.
+
+Only ES 2.0 facilities are used by this module: RGBA / UNSIGNED_BYTE textures with nearest
+filtering and CLAMP_TO_EDGE, a framebuffer with one colour attachment, ``#version 100``
+programs, ``glDrawArrays`` and ``glReadPixels`` (RGBA / UNSIGNED_BYTE)."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+
+import shaders
+from capability_probe.errors import DriverUnavailable
+
+from ...graph import Graph, Node
+from ..base import Path, RunStats, Segment
+from .kernels import Config, Decline, Kernel, generate
+from .layout import Layout
+
+KEY = "gles2"
+GL_FRAGMENT_SHADER = 0x8B30
+GL_HIGH_FLOAT = 0x8DF2
+POISON_ENV = "GPUBACKEND_GLES2_POISON"  # tests: fill every output with NaN bytes before its draw
+
+
+def fragment_highp(ctx: Any) -> tuple[bool, str]:
+    """Whether fragment shaders have highp float with a 24-bit significand, and what was seen."""
+    try:
+        from capability_probe.glutil import GLQuery
+
+        got = GLQuery().precision(GL_FRAGMENT_SHADER, GL_HIGH_FLOAT)
+    except Exception as exc:  # noqa: BLE001 - no query: the #error in kernel.frag still guards
+        return True, f"glGetShaderPrecisionFormat unavailable ({exc})"
+    if got is None:
+        return True, "glGetShaderPrecisionFormat gave no answer"
+    rng, prec = got
+    desc = f"fragment highp float: range {rng}, precision {prec} bits"
+    return prec >= 23 and rng[0] >= 126 and rng[1] >= 127, desc
+
+
+class Runtime:
+    """The GL side shared by every segment of one path: device, limits, program cache."""
+
+    def __init__(self, device: Any = None):
+        if device is None:
+            from ...gl.device import GLDevice
+
+            device = GLDevice(KEY)
+        self.dev = device
+        ctx = device.ctx
+        ok, desc = fragment_highp(ctx)
+        if not ok:
+            raise DriverUnavailable(f"gles2 needs highp float in fragment shaders; {desc}")
+        self.highp = desc
+        info = ctx.info
+        self.max_size = int(info.get("GL_MAX_TEXTURE_SIZE", 2048) or 2048)
+        self.max_units = int(info.get("GL_MAX_TEXTURE_IMAGE_UNITS", 8) or 8)
+        self.vertex = shaders.read("gles2/quad.vert")
+        self.vbo = device.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4"))
+        self._vaos: dict[int, Any] = {}
+
+    def config(self, precision: str) -> Config:
+        return Config(precision, self.max_size, self.max_units)
+
+    def program(self, kernel: Kernel) -> tuple[Any, Any]:
+        prog = self.dev.program(self.vertex, kernel.fragment)
+        if id(prog) not in self._vaos:
+            for i in range(len(kernel.inputs)):
+                if f"t{i}" in prog:
+                    prog[f"t{i}"].value = i
+            self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
+        return prog, self._vaos[id(prog)]
+
+    def texture(self, layout: Layout, data: bytes | None = None) -> Any:
+        import moderngl
+
+        tex = self.dev.texture(layout.size, 4, data, dtype="f1")
+        tex.filter = (moderngl.NEAREST, moderngl.NEAREST)
+        tex.repeat_x = tex.repeat_y = False  # CLAMP_TO_EDGE
+        return tex
+
+
+class _Step:
+    __slots__ = ("node", "kernel", "vao", "inputs", "fbo", "out")
+
+    def __init__(self, node: Node, kernel: Kernel, vao: Any, inputs: list[Any], fbo: Any, out: str):
+        self.node, self.kernel, self.vao, self.inputs, self.fbo, self.out = node, kernel, vao, inputs, fbo, out
+
+
+class Gles2Segment(Segment):
+    def __init__(self, path: Gles2Path, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]):
+        super().__init__(KEY, nodes, inputs, outputs)
+        rt = path.runtime
+        self._rt = rt
+        cfg = rt.config(path.precision)
+        self.poison = path.poison
+        self.layouts: dict[str, Layout] = {}
+        self.textures: dict[str, Any] = {}
+        self.fbos: dict[str, Any] = {}
+        self._owned: list[Any] = []
+        kernels = [path.kernel(n, graph) for n in nodes]
+        for name in inputs:
+            self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
+            self.textures[name] = self._own(rt.texture(self.layouts[name]))
+        last_use: dict[str, int] = {}
+        for idx, k in enumerate(kernels):
+            for name in k.inputs:
+                last_use[name] = idx
+        free: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
+        keep = set(outputs) | set(inputs)
+        self.steps: list[_Step] = []
+        for idx, (node, k) in enumerate(zip(nodes, kernels)):
+            texs = []
+            for name in k.inputs:
+                if name not in self.textures:  # a constant: uploaded once, fp32
+                    arr = k.consts[name] if name in k.consts else graph.constants[name]
+                    lay = Layout.of(tuple(arr.shape), 1, cfg.max_size)
+                    self.layouts[name] = lay
+                    self.textures[name] = self._own(rt.texture(lay, lay.to_bytes(arr)))
+                texs.append(self.textures[name])
+            out = node.outputs[0]
+            lay = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
+            pool = free.get(lay.size)
+            if pool and out not in keep:
+                tex, fbo = pool.pop()
+            else:
+                tex = self._own(rt.texture(lay))
+                fbo = self._own(rt.dev.ctx.framebuffer(color_attachments=[tex]))
+            self.layouts[out], self.textures[out], self.fbos[out] = lay, tex, fbo
+            _, vao = rt.program(k)
+            self.steps.append(_Step(node, k, vao, texs, fbo, out))
+            for name in k.inputs:
+                if last_use.get(name) == idx and name in self.fbos and name not in keep:
+                    free.setdefault(self.layouts[name].size, []).append((self.textures[name], self.fbos[name]))
+
+    def _own(self, obj: Any) -> Any:
+        self._owned.append(obj)
+        return obj
+
+    @property
+    def draws(self) -> int:
+        return len(self.steps)
+
+    def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        import moderngl
+
+        rt = self._rt
+        ctx = rt.dev.ctx
+        ctx.disable(moderngl.BLEND | moderngl.DEPTH_TEST | moderngl.CULL_FACE)
+        for name in self.inputs:
+            lay = self.layouts[name]
+            rt.dev.write(self.textures[name], lay.to_bytes(np.asarray(feeds[name], dtype=np.float32)))
+            stats.upload(lay.nbytes)
+        for step in self.steps:
+            step.fbo.use()
+            if self.poison:
+                step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
+            for unit, tex in enumerate(step.inputs):
+                tex.use(location=unit)
+            rt.dev.dispatched()
+            step.vao.render(moderngl.TRIANGLES, vertices=3)
+            stats.dispatches += 1
+        out = {}
+        for name in self.outputs:
+            lay = self.layouts[name]
+            data = self.fbos[name].read(components=4, dtype="f1")
+            out[name] = rt.dev.readback(lay.from_bytes(data))
+            stats.download(lay.nbytes)
+        return out
+
+    def close(self) -> None:
+        for obj in self._owned:
+            obj.release()
+        self._owned = []
+
+
+class Gles2Path(Path):
+    key = KEY
+
+    def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), device: Any = None):
+        super().__init__(precision, disabled_kernels)
+        if precision not in ("fp32", "fp16"):
+            raise ValueError(f"precision must be fp32 or fp16, not {precision!r}")
+        self._device = device
+        self._runtime: Runtime | None = None
+        self.poison = os.environ.get(POISON_ENV, "") not in ("", "0")
+        # graph id -> (weak reference to that graph, node name -> kernel or decline reason)
+        self._kernels: dict[int, tuple[weakref.ref, dict[str, Kernel | str]]] = {}
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            self._runtime = Runtime(self._device)
+        return self._runtime
+
+    def kernel(self, node: Node, graph: Graph) -> Kernel:
+        """The generated kernel of ``node`` (raises :class:`Decline`)."""
+        entry = self._kernels.get(id(graph))
+        if entry is None or entry[0]() is not graph:
+            self._kernels = {k: v for k, v in self._kernels.items() if v[0]() is not None}
+            entry = self._kernels[id(graph)] = (weakref.ref(graph), {})
+        got = entry[1].get(node.name)
+        if got is None:
+            try:
+                got = generate(node, graph, self.runtime.config(self.precision))
+            except Decline as exc:
+                got = str(exc)
+            entry[1][node.name] = got
+        if isinstance(got, str):
+            raise Decline(got)
+        if got.name in self.disabled_kernels:
+            raise Decline(f"kernel {got.name!r} is disabled on this device by the probe")
+        return got
+
+    def decline(self, node: Node, graph: Graph) -> str | None:
+        try:
+            self.kernel(node, graph)
+        except Decline as exc:
+            return str(exc)
+        return None
+
+    def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Gles2Segment:
+        return Gles2Segment(self, nodes, graph, inputs, outputs)
+
+
+def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), device: Any = None) -> Gles2Path:
+    return Gles2Path(precision, disabled_kernels, device)
+
+
+def kernel_name(node: Node, graph: Graph) -> str | None:
+    """The kernel that would run ``node`` (None if gles2 declines it); needs no GL context."""
+    try:
+        return generate(node, graph, Config("fp32", 16384, 16)).name
+    except Decline:
+        return None
+
+
+def canary(precision: str = "fp32") -> float:
+    """Run a conv, a depthwise conv and a GEMM on small random inputs against ``fallback``;
+    return the max relative error, raise if it is beyond the precision's tolerance."""
+    from ._canary import run_canary
+
+    return run_canary(precision)
+
+
+__all__ = ["Gles2Path", "Gles2Segment", "Runtime", "create", "canary", "kernel_name", "fragment_highp"]

@@ -1,0 +1,902 @@
+"""Per-shape GLSL ES 1.00 fragment kernels of the gles2 path, as pure generators.
+
+``generate(node, graph, cfg)`` returns a :class:`Kernel` (the fragment shader, the tensors it
+samples in sampler order, the constant tensors it needs uploaded) or raises :class:`Decline`
+with the reason. Nothing here touches GL. Every kernel body defines
+``float compute(float n, float c, float h, float w)``: the output element at 4-D coordinates
+(see ``layout.py``); ``main`` finds those coordinates from ``gl_FragCoord`` and encodes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import shaders
+
+from ...gl.device import activation_defines
+from ...graph import Graph, Node
+from ..gles3.kernels import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
+from .layout import Layout, LayoutError, dims4
+
+UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration
+
+
+class Decline(Exception):
+    """The node cannot run on gles2; the message says why."""
+
+
+@dataclass(frozen=True)
+class Config:
+    precision: str = "fp32"
+    max_size: int = 4096  # GL_MAX_TEXTURE_SIZE
+    max_units: int = 8  # GL_MAX_TEXTURE_IMAGE_UNITS
+
+    @property
+    def pack(self) -> int:
+        return 2 if self.precision == "fp16" else 1
+
+
+@dataclass
+class Kernel:
+    name: str  # short stable kernel name ("conv1x1", "depthwise", ...)
+    fragment: str
+    inputs: list[str]  # tensors sampled, sampler i = inputs[i]
+    out_shape: tuple[int, ...]
+    consts: dict[str, np.ndarray] = field(default_factory=dict)  # extra tensors made here, always fp32
+    # loop iterations (each loop's steps plus one exit per entry) one fragment takes in total;
+    # llvmpipe silently stops every loop of an invocation past LLVMPIPE_LOOP_LIMIT of them
+    iterations: int = 0
+
+
+def unrolled(n: int, body: Callable[[str], str], u: int = UNROLL) -> tuple[str, int]:
+    """GLSL running the statements ``body(k)`` for k = 0 .. n-1 (``k`` a float expression): a loop
+    of n // u steps doing ``u`` copies each, then the n % u tail copies unrolled. Returns the code
+    and the loop iterations it takes (steps + 1 exit; 0 when fully unrolled)."""
+    steps = n // u
+    parts = []
+    if steps > 1:
+        copies = " ".join(f"{{ {body(f'(k0 + {lit(j)})' if j else 'k0')} }}" for j in range(u))
+        parts.append(f"for (int i = 0; i < {steps * u}; i += {u}) {{ float k0 = float(i); {copies} }}")
+        start, iters = steps * u, steps + 1
+    else:
+        start, iters = 0, 0
+    parts += [f"{{ {body(lit(k))} }}" for k in range(start, n)]
+    return " ".join(parts), iters
+
+
+def lit(v: float) -> str:
+    """A GLSL ES 1.00 float literal for the float32 value of ``v``."""
+    v = float(np.float32(v))
+    if math.isnan(v):
+        return "g2_nan()"
+    if math.isinf(v):
+        return "g2_inf()" if v > 0 else "(-g2_inf())"
+    if v.is_integer() and abs(v) < 1e15:
+        return f"{v:.1f}"
+    return repr(v)
+
+
+class _Gen:
+    """Collects the samplers and loaders one kernel needs."""
+
+    def __init__(self, node: Node, graph: Graph, cfg: Config):
+        self.node, self.graph, self.cfg = node, graph, cfg
+        self.inputs: list[str] = []
+        self.consts: dict[str, np.ndarray] = {}
+        self.loaders: list[str] = []
+        self.act = node.attrs.get("_act")
+
+    # ---- tensors ------------------------------------------------------------------------
+    def shape(self, name: str) -> tuple[int, ...]:
+        s = self.graph.shape(name)
+        if s is None:
+            raise Decline(f"the shape of {name!r} is not known statically")
+        return tuple(int(d) for d in s)
+
+    def layout(self, name: str) -> Layout:
+        const = name in self.graph.constants or name in self.consts
+        shape = self.consts[name].shape if name in self.consts else self.shape(name)
+        try:
+            return Layout.of(tuple(shape), 1 if const else self.cfg.pack, self.cfg.max_size)
+        except LayoutError as exc:
+            raise Decline(str(exc)) from exc
+
+    def check_float(self, *names: str) -> None:
+        for name in names:
+            if name in self.graph.constants:
+                dt = self.graph.constants[name].dtype
+            else:
+                dt = self.graph.dtypes.get(name, np.dtype(np.float32))
+            if np.dtype(dt) != np.float32:
+                raise Decline(f"{name!r} is {np.dtype(dt)}; gles2 stores float32 only")
+
+    def const(self, name: str, array: np.ndarray) -> str:
+        self.consts[name] = np.ascontiguousarray(array, dtype=np.float32)
+        return self.load(name)
+
+    def load(self, name: str) -> str:
+        """The GLSL function ``float ldI(n, c, h, w)`` reading tensor ``name``."""
+        if name in self.inputs:
+            return f"ld{self.inputs.index(name)}"
+        i = len(self.inputs)
+        if i >= self.cfg.max_units:
+            raise Decline(f"needs more than {self.cfg.max_units} textures (GL_MAX_TEXTURE_IMAGE_UNITS)")
+        self.inputs.append(name)
+        L = self.layout(name)
+        _, C, H, _ = L.d4
+        tw, th = L.size
+        lines = [f"uniform sampler2D t{i};", f"float ld{i}(float n, float c, float h, float w) {{",
+                 f"    float r = (n * {lit(C)} + c) * {lit(H)} + h;",
+                 "    float wt = floor(w * 0.5);" if L.pack == 2 else "    float wt = w;"]
+        if L.k == 1:
+            lines.append("    float y = r; float x = wt;")
+        else:
+            lines.append(f"    float y = g2_idiv(r, {lit(L.k)}); float x = (r - y * {lit(L.k)}) * {lit(L.wt)} + wt;")
+        lines.append(f"    vec4 t = texture2D(t{i}, vec2((x + 0.5) * {lit(1.0 / tw)}, (y + 0.5) * {lit(1.0 / th)}));")
+        if L.pack == 2:
+            lines.append("    vec4 b = g2_bytes(t);")
+            lines.append("    return g2_half(w - 2.0 * wt < 0.5 ? b.rg : b.ba);")
+        else:
+            lines.append("    return g2_decode32(t);")
+        lines.append("}")
+        if L.pack == 2 and L.k == 1:
+            # both halves of the texel holding the even element w (fp16 pair kernels)
+            lines += [f"vec2 ldp{i}(float n, float c, float h, float w) {{",
+                      f"    float r = (n * {lit(C)} + c) * {lit(H)} + h;",
+                      f"    return g2_decode16(texture2D(t{i}, vec2((w * 0.5 + 0.5) * {lit(1.0 / tw)}, "
+                      f"(r + 0.5) * {lit(1.0 / th)})));", "}"]
+        self.loaders.append("\n".join(lines))
+        return f"ld{i}"
+
+    def bcast(self, name: str, out4: tuple[int, ...]) -> str:
+        """A call reading ``name`` broadcast to the 4-D output coordinates (n, c, h, w)."""
+        s = self.shape(name)
+        ys = self.shape(self.node.outputs[0])
+        if len(s) > len(ys):
+            raise Decline(f"{name!r} has more dimensions than the output")
+        if len(ys) > 4 and s != ys and math.prod(s) != 1:
+            raise Decline("broadcasting over more than 4 dimensions")
+        s4 = dims4(s)
+        coords = [v if s4[d] == out4[d] else "0.0" for d, v in enumerate("nchw")]
+        for d in range(4):
+            if s4[d] not in (1, out4[d]):
+                raise Decline(f"{name!r} of shape {s} does not broadcast to {out4}")
+        if math.prod(s) == 1 and name in self.graph.constants:
+            return lit(float(self.graph.constants[name].reshape(-1)[0]))
+        return f"{self.load(name)}({', '.join(coords)})"
+
+    # ---- assembly -----------------------------------------------------------------------
+    def finish(self, name: str, body: str, out_shape: tuple[int, ...], extra_defines: dict | None = None,
+               pair: str | None = None, loops: int = 0, pair_loops: int = 0) -> Kernel:
+        """``body`` defines compute(); ``pair`` optionally defines ``vec2 compute2(n, c, h, w)``
+        for the elements w and w+1 together (fp16 mode). ``loops`` / ``pair_loops``: the loop
+        iterations one call of compute() / compute2() takes (see ``Kernel.iterations``)."""
+        try:
+            L = Layout.of(out_shape, self.cfg.pack, self.cfg.max_size)
+        except LayoutError as exc:
+            raise Decline(str(exc)) from exc
+        _, C, H, W = L.d4
+        if L.pack == 1:
+            iterations = loops
+        elif pair is not None:
+            iterations = pair_loops
+        else:  # main's 2-trip loop calls compute() once per element of the texel
+            iterations = (2 if W > 1 else 1) * loops + 3
+        if iterations > LOOP_BUDGET:
+            raise Decline(f"{iterations} loop iterations per fragment is too many "
+                          f"(llvmpipe silently stops loops after {LLVMPIPE_LOOP_LIMIT}; budget {LOOP_BUDGET})")
+        defines: dict[str, object] = dict(activation_defines(self.act))
+        defines.update(extra_defines or {})
+        # gl_FragCoord is mediump in GLSL ES 1.00: copy it to highp before any arithmetic, or a
+        # driver that lowers mediump to fp16 (Mesa does) loses the texel index beyond 1024.
+        main = ["void main() {", "    highp vec2 fc = gl_FragCoord.xy;", "    vec2 p = floor(fc);"]
+        if L.k == 1:
+            main.append("    float r = p.y; float wt = p.x;")
+        else:
+            main.append(f"    float q = g2_idiv(p.x, {lit(L.wt)});")
+            main.append(f"    float r = p.y * {lit(L.k)} + q; float wt = p.x - q * {lit(L.wt)};")
+        main.append(f"    float q1 = g2_idiv(r, {lit(H)}); float h = r - q1 * {lit(H)};")
+        main.append(f"    float n = g2_idiv(q1, {lit(C)}); float c = q1 - n * {lit(C)};")
+        if L.pack == 1:
+            main.append("    gl_FragColor = g2_encode32(compute(n, c, h, wt));")
+        elif pair is not None:
+            main.append("    vec2 v = compute2(n, c, h, 2.0 * wt);")
+            main.append("    gl_FragColor = g2_encode16(v.x, v.y);")
+        else:
+            # a 2-trip loop, not two calls: the compiler keeps one copy of compute() (two inlined
+            # copies made llvmpipe's JIT take minutes on 3x3 convolutions)
+            guard = f"if (w0 + float(j) < {lit(W)}) " if W % 2 else ""
+            main += ["    float w0 = 2.0 * wt; vec2 v = vec2(0.0);",
+                     f"    for (int j = 0; j < 2; j++) {{ float r = 0.0; {guard}r = compute(n, c, h, w0 + float(j)); "
+                     "if (j == 0) v.x = r; else v.y = r; }",
+                     "    gl_FragColor = g2_encode16(v.x, v.y);"]
+        main.append("}")
+        parts = self.loaders + [body] + ([pair] if pair and L.pack == 2 else []) + ["\n".join(main)]
+        src = shaders.source("gles2/kernel.frag", "100", defines) + "\n" + "\n".join(parts) + "\n"
+        return Kernel(name, src, list(self.inputs), tuple(out_shape), dict(self.consts), iterations)
+
+
+# ---- generators ---------------------------------------------------------------------------
+
+def _pads(node: Node, in_sp: tuple[int, ...], out_sp: tuple[int, ...], k: list[int], s: list[int],
+          d: list[int]) -> list[int]:
+    """Begin pads per spatial axis (end pads follow from the output shape)."""
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    nd = len(in_sp)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for i in range(nd):
+            total = max(0, (out_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i])
+            out.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+        return out
+    if auto == "VALID":
+        return [0] * nd
+    pads = list(node.attrs.get("pads", [0] * (2 * nd)))
+    return [int(p) for p in pads[:nd]]
+
+
+def _spatial(gen: _Gen, x: str, y: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    xs, ys = gen.shape(x), gen.shape(y)
+    if len(xs) not in (3, 4):
+        raise Decline(f"only 1-D and 2-D {gen.node.op_type} (input rank {len(xs)})")
+    return xs, ys
+
+
+def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x, wname = node.inputs[0], node.inputs[1]
+    b = node.inputs[2] if len(node.inputs) > 2 else ""
+    g.check_float(x, node.outputs[0], wname, *([b] if b else []))
+    xs, ys = _spatial(g, x, node.outputs[0])
+    dynamic = wname not in graph.constants or bool(b and b not in graph.constants)
+    W = graph.constants[wname].astype(np.float32) if wname in graph.constants else np.zeros(g.shape(wname), np.float32)
+    nd = len(xs) - 2
+    if dynamic and nd != 2:
+        raise Decline("weights computed at run time: only 2-D Conv")
+    if nd == 1:  # 1-D conv as 2-D with H = 1
+        xs, ys, W = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), W[:, :, None, :]
+    k = list(W.shape[2:])
+    s = [int(v) for v in node.attrs.get("strides", [1] * nd)]
+    dl = [int(v) for v in node.attrs.get("dilations", [1] * nd)]
+    p = _pads(node, xs[2:] if nd == 2 else xs[3:], ys[2:] if nd == 2 else ys[3:], k[-nd:], s, dl)
+    if nd == 1:
+        s, dl, p = [1] + s, [1] + dl, [0] + p
+    group = int(node.attrs.get("group", 1))
+    cout, cing = W.shape[0], W.shape[1]
+    coutg = cout // group
+    taps = k[0] * k[1]
+    if dynamic:  # weights (and bias) read from their own textures as they are
+        lw = g.load(wname)
+        bias_expr = f"{g.load(b)}(0.0, 0.0, 0.0, c)" if b else "0.0"
+
+        def wexpr(kh: int, kw: int, ci: str) -> str:
+            return f"{lw}(c, {ci}, {lit(kh)}, {lit(kw)})"
+    else:
+        bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
+        # weights as (1, Cout, KH*KW, Cin/g + 1): a row per (output channel, tap), bias in the last column
+        wb = np.zeros((1, cout, taps, cing + 1), np.float32)
+        wb[0, :, :, :cing] = W.reshape(cout, cing, taps).transpose(0, 2, 1)
+        wb[0, :, 0, cing] = bias
+        lw = g.const(node.name + "/gles2_wb", wb)
+        bias_expr = f"{lw}(0.0, c, 0.0, {lit(cing)})"
+
+        def wexpr(kh: int, kw: int, ci: str) -> str:
+            return f"{lw}(0.0, c, {lit(kh * k[1] + kw)}, {ci})"
+    ld_x = g.load(x)
+    if nd == 1:  # a 3-D tensor (N, C, W) is 4-D (1, N, C, W) in the layout: remap
+        g.loaders.append(f"float ldx(float n, float c, float h, float w) {{ return {ld_x}(0.0, n, c, w); }}")
+        ld_x = "ldx"
+    ih_lo, iw_lo = -p[0], -p[1]
+    ih_hi = (ys[2] - 1) * s[0] - p[0] + (k[0] - 1) * dl[0]
+    iw_hi = (ys[3] - 1) * s[1] - p[1] + (k[1] - 1) * dl[1]
+    check_h = ih_lo < 0 or ih_hi >= xs[2]
+    check_w = iw_lo < 0 or iw_hi >= xs[3]
+    grp = "0.0" if group == 1 else f"g2_idiv(c, {lit(coutg)})"
+    fname = "conv2d" if nd == 1 else "compute"
+    loops = taps * (cing + 1)
+    lines = [f"float {fname}(float n, float c, float h, float w) {{",
+             f"    float cb = {grp} * {lit(cing)};",
+             f"    float acc = {bias_expr};"]
+    for kh in range(k[0]):
+        lines.append(f"    float ih{kh} = h * {lit(s[0])} + {lit(kh * dl[0] - p[0])};")
+    for kw in range(k[1]):
+        lines.append(f"    float iw{kw} = w * {lit(s[1])} + {lit(kw * dl[1] - p[1])};")
+    for kh in range(k[0]):
+        for kw in range(k[1]):
+            cond = []
+            if check_h:
+                cond.append(f"ih{kh} >= 0.0 && ih{kh} < {lit(xs[2])}")
+            if check_w:
+                cond.append(f"iw{kw} >= 0.0 && iw{kw} < {lit(xs[3])}")
+            inner = (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
+                     f"acc += {ld_x}(n, cb + ci, ih{kh}, iw{kw}) * {wexpr(kh, kw, 'ci')}; }}")
+            lines.append(f"    if ({' && '.join(cond)}) {{ {inner} }}" if cond else f"    {inner}")
+    lines += ["    return activate(acc);", "}"]
+    if nd == 1:
+        lines.append("float compute(float n, float c, float h, float w) { return conv2d(c, h, 0.0, w); }")
+    name = "depthwise" if group == cout == xs[1] and cing == 1 else (
+        "conv1x1" if taps == 1 and s == [1, 1] and not any(p) else "conv")
+    pair = None
+    if name == "conv1x1" and cfg.pack == 2 and g.layout(x).k == 1 and nd == 2:
+        # fp16: the two elements of a texel share every weight read
+        pair = "\n".join([
+            "vec2 compute2(float n, float c, float h, float w) {",
+            f"    float cb = {grp} * {lit(cing)};",
+            f"    vec2 acc = vec2({bias_expr});",
+            f"    for (int i = 0; i < {cing}; i++) {{ float ci = float(i);",
+            f"        acc += ldp{ld_x[2:]}(n, cb + ci, h, w) * {wexpr(0, 0, 'ci')}; }}",
+            "    return activate(vec4(acc, 0.0, 0.0)).xy;", "}"])
+    return g.finish(name, "\n".join(lines), ys if nd == 2 else graph.shape(node.outputs[0]), pair=pair,
+                    loops=loops, pair_loops=cing + 1)
+
+
+def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x, wname = node.inputs[0], node.inputs[1]
+    b = node.inputs[2] if len(node.inputs) > 2 else ""
+    g.check_float(x, node.outputs[0], wname, *([b] if b else []))
+    dynamic = wname not in graph.constants or bool(b and b not in graph.constants)
+    xs, ys = _spatial(g, x, node.outputs[0])
+    if len(xs) != 4:
+        raise Decline("only 2-D ConvTranspose")
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    if auto not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
+        raise Decline(f"auto_pad {auto!r} not supported")
+    W = graph.constants[wname].astype(np.float32) if wname in graph.constants else np.zeros(g.shape(wname), np.float32)
+    group = int(node.attrs.get("group", 1))
+    cin, coutg, KH, KW = W.shape
+    cout, cing = coutg * group, cin // group
+    s = [int(v) for v in node.attrs.get("strides", [1, 1])]
+    dl = [int(v) for v in node.attrs.get("dilations", [1, 1])]
+    pads = [int(v) for v in node.attrs.get("pads", [0, 0, 0, 0])]
+    if "output_shape" in node.attrs:
+        # ONNX: total padding follows from the requested shape, split like SAME_UPPER
+        opad = [int(v) for v in node.attrs.get("output_padding", [0, 0])]
+        tot = [s[i] * (xs[2 + i] - 1) + opad[i] + (W.shape[2 + i] - 1) * dl[i] + 1 - ys[2 + i] for i in range(2)]
+        pads = [tot[0] - tot[0] // 2, tot[1] - tot[1] // 2]
+    taps = KH * KW
+    grp = "0.0" if group == 1 else f"g2_idiv(c, {lit(coutg)})"
+    if dynamic:  # W (Cin, Cout/group, KH, KW) read from its own texture
+        lw = g.load(wname)
+        bias_expr = f"{g.load(b)}(0.0, 0.0, 0.0, c)" if b else "0.0"
+
+        def wexpr(kh: int, kw: int) -> str:
+            return f"{lw}(cb + ci, c - {grp} * {lit(coutg)}, {lit(kh)}, {lit(kw)})"
+    else:
+        bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
+        wb = np.zeros((1, cout, taps, cing + 1), np.float32)
+        # wb[co, tap, ci_local] = W[g*cing + ci_local, co % coutg, kh, kw]
+        for gi in range(group):
+            blk = W[gi * cing:(gi + 1) * cing]  # (cing, coutg, KH, KW)
+            wb[0, gi * coutg:(gi + 1) * coutg, :, :cing] = blk.reshape(cing, coutg, taps).transpose(1, 2, 0)
+        wb[0, :, 0, cing] = bias
+        lw = g.const(node.name + "/gles2_wb", wb)
+        bias_expr = f"{lw}(0.0, c, 0.0, {lit(cing)})"
+
+        def wexpr(kh: int, kw: int) -> str:
+            return f"{lw}(0.0, c, {lit(kh * KW + kw)}, ci)"
+    ld_x = g.load(x)
+    lines = ["float compute(float n, float c, float h, float w) {",
+             f"    float cb = {grp} * {lit(cing)};",
+             f"    float acc = {bias_expr};"]
+
+    def axis(v: str, coord: str, kk: int, ax: int, size: int) -> None:
+        lines.append(f"    float t{v}{kk} = {coord} + {lit(pads[ax] - kk * dl[ax])};")
+        if s[ax] == 1:
+            lines.append(f"    float i{v}{kk} = t{v}{kk};")
+            lines.append(f"    bool ok{v}{kk} = t{v}{kk} >= 0.0 && t{v}{kk} < {lit(size)};")
+        else:
+            lines.append(f"    float i{v}{kk} = floor((t{v}{kk} + 0.5) / {lit(s[ax])});")
+            lines.append(f"    bool ok{v}{kk} = t{v}{kk} >= 0.0 && i{v}{kk} < {lit(size)} && "
+                         f"abs(t{v}{kk} - i{v}{kk} * {lit(s[ax])}) < 0.5;")
+
+    for kh in range(KH):
+        axis("h", "h", kh, 0, xs[2])
+    for kw in range(KW):
+        axis("w", "w", kw, 1, xs[3])
+    for kh in range(KH):
+        for kw in range(KW):
+            lines.append(f"    if (okh{kh} && okw{kw}) {{ for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
+                         f"acc += {ld_x}(n, cb + ci, ih{kh}, iw{kw}) * {wexpr(kh, kw)}; }} }}")
+    lines += ["    return activate(acc);", "}"]
+    return g.finish("convtranspose", "\n".join(lines), ys, loops=taps * (cing + 1))
+
+
+def gen_gemm(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    a, b = node.inputs[0], node.inputs[1]
+    c = node.inputs[2] if len(node.inputs) > 2 else ""
+    g.check_float(a, b, node.outputs[0], *([c] if c else []))
+    ys = g.shape(node.outputs[0])
+    ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+    alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+    K = g.shape(a)[0 if ta else 1]
+    la, lb = g.load(a), g.load(b)
+    ea = f"{la}(0.0, 0.0, kk, h)" if ta else f"{la}(0.0, 0.0, h, kk)"
+    eb = f"{lb}(0.0, 0.0, w, kk)" if tb else f"{lb}(0.0, 0.0, kk, w)"
+    code, loops = unrolled(K, lambda kk: f"acc += {ea.replace('kk', kk)} * {eb.replace('kk', kk)};")
+    lines = ["float compute(float n, float c, float h, float w) {", "    float acc = 0.0;",
+             f"    {code}", f"    acc *= {lit(alpha)};"]
+    if c and beta != 0.0:
+        lines.append(f"    acc += {lit(beta)} * {g.bcast(c, dims4(ys))};")
+    lines += ["    return activate(acc);", "}"]
+    return g.finish("gemm", "\n".join(lines), ys, loops=loops)
+
+
+def gen_matmul(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    a, b = node.inputs[0], node.inputs[1]
+    g.check_float(a, b, node.outputs[0])
+    sa, sb, ys = g.shape(a), g.shape(b), g.shape(node.outputs[0])
+    if len(sa) < 2 or len(sb) < 2 or len(ys) > 4:
+        raise Decline("MatMul with 1-D operands or more than 4 dimensions")
+    K = sa[-1]
+    y4 = dims4(ys)
+    a4, b4 = dims4(sa), dims4(sb)
+    an = "n" if a4[0] == y4[0] else "0.0"
+    ac = "c" if a4[1] == y4[1] else "0.0"
+    bn = "n" if b4[0] == y4[0] else "0.0"
+    bc = "c" if b4[1] == y4[1] else "0.0"
+    la, lb = g.load(a), g.load(b)
+    code, loops = unrolled(K, lambda kk: f"acc += {la}({an}, {ac}, h, {kk}) * {lb}({bn}, {bc}, {kk}, w);")
+    lines = ["float compute(float n, float c, float h, float w) {", "    float acc = 0.0;",
+             f"    {code}", "    return activate(acc);", "}"]
+    return g.finish("matmul", "\n".join(lines), ys, loops=loops)
+
+
+_BINARY: dict[str, Callable[[str, str], str]] = {
+    "Add": lambda a, b: f"{a} + {b}", "Sub": lambda a, b: f"{a} - {b}", "Mul": lambda a, b: f"{a} * {b}",
+    "Div": lambda a, b: f"{a} / {b}", "Max": lambda a, b: f"max({a}, {b})", "Min": lambda a, b: f"min({a}, {b})",
+    "Pow": lambda a, b: f"g2_pow({a}, {b})", "PRelu": lambda a, b: f"g2_prelu({a}, {b})",
+    "Sum": lambda a, b: f"{a} + {b}", "Mean": lambda a, b: f"{a} + {b}"}
+
+_UNARY = {"Relu": None, "Sigmoid": None, "Tanh": None, "HardSwish": None, "HardSigmoid": None,
+          "LeakyRelu": None, "Clip": None,
+          "Identity": "x", "Neg": "-x", "Abs": "abs(x)", "Exp": "exp(x)", "Log": "log(x)", "Sqrt": "sqrt(x)",
+          "Reciprocal": "1.0 / x", "Floor": "floor(x)", "Ceil": "ceil(x)", "Sin": "sin(x)", "Cos": "cos(x)",
+          "Softsign": "x / (1.0 + abs(x))", "Sign": "sign(x)",
+          "Softplus": "(max(x, 0.0) + log(1.0 + exp(-abs(x))))",
+          "Elu": "(x < 0.0 ? P0 * (exp(x) - 1.0) : x)",
+          "Selu": "(x <= 0.0 ? P1 * (P0 * exp(x) - P0) : P1 * x)",
+          "ThresholdedRelu": "(x > P0 ? x : 0.0)"}
+
+_PRELU = "float g2_prelu(float a, float b) { return a < 0.0 ? a * b : a; }"
+_POW = """float g2_pow(float a, float b) {
+    if (b == 0.0) return 1.0;
+    float m = pow(abs(a), b);
+    if (a >= 0.0) return m;
+    float hb = floor(b * 0.5);
+    if (floor(b) != b) return g2_nan();
+    return b - 2.0 * hb == 0.0 ? m : -m;
+}"""
+
+
+def gen_elementwise(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    op = node.op_type
+    ins = [i for i in node.inputs if i]
+    ys = g.shape(node.outputs[0])
+    g.check_float(*ins, node.outputs[0])
+    y4 = dims4(ys)
+    if op in _BINARY:
+        if op not in ("Sum", "Mean", "Max", "Min") and len(ins) != 2:
+            raise Decline(f"{op} needs two inputs")
+        vals = [g.bcast(i, y4) for i in ins]
+        expr = vals[0]
+        for v in vals[1:]:
+            expr = _BINARY[op](f"({expr})", f"({v})")
+        if op == "Mean":
+            expr = f"({expr}) / {lit(len(ins))}"
+        extra = _POW + "\n" if op == "Pow" else _PRELU + "\n" if op == "PRelu" else ""
+        body = extra + f"float compute(float n, float c, float h, float w) {{ return {expr}; }}"
+        return g.finish("binary", body, ys)
+    if op in _UNARY:
+        x = g.bcast(ins[0], y4)
+        expr = _UNARY[op]
+        if expr is None:  # the shared activation snippet
+            from ...model import activation_of
+
+            g.act = activation_of(node, graph)
+            if g.act is None and op == "Clip":  # bounds computed at run time
+                lo = g.bcast(node.inputs[1], y4) if len(node.inputs) > 1 and node.inputs[1] else "(-g2_inf())"
+                hi = g.bcast(node.inputs[2], y4) if len(node.inputs) > 2 and node.inputs[2] else "g2_inf()"
+                body = f"float compute(float n, float c, float h, float w) {{ return min(max({x}, {lo}), {hi}); }}"
+                return g.finish("unary", body, ys)
+            if g.act is None:
+                raise Decline(f"{op} parameters must be constants")
+            expr = "activate(x)"
+        a = node.attrs
+        p0 = {"Elu": a.get("alpha", 1.0), "Selu": a.get("alpha", 1.67326319217681884765625),
+              "ThresholdedRelu": a.get("alpha", 1.0)}.get(op, 0.0)
+        p1 = a.get("gamma", 1.05070102214813232421875) if op == "Selu" else 0.0
+        expr = expr.replace("P0", lit(p0)).replace("P1", lit(p1))
+        body = f"float compute(float n, float c, float h, float w) {{ float x = {x}; return {expr}; }}"
+        return g.finish("unary", body, ys)
+    raise Decline(f"no gles2 kernel for {op}")
+
+
+def gen_global_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs = g.shape(x)
+    if len(xs) != 4:
+        raise Decline("only 2-D global pooling")
+    _, _, H, W = dims4(xs)
+    ld = g.load(x)
+    avg = node.op_type == "GlobalAveragePool"
+    init = "0.0" if avg else "-g2_inf()"
+    acc = "acc += v;" if avg else "acc = max(acc, v);"
+    code, inner = unrolled(W, lambda j: f"float v = {ld}(n, c, y, {j}); {acc}")
+    # each row: its sum (avg) in a row accumulator first, so long rows lose less to rounding
+    row = "    float racc = 0.0;" if avg else ""
+    lines = ["float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
+             f"    for (int i = 0; i < {H}; i++) {{ float y = float(i);",
+             f"    {code.replace('acc += v;', 'racc += v;') if avg else code}" if not avg else
+             f"    {row} {code.replace('acc += v;', 'racc += v;')} acc += racc;",
+             "    }", f"    return acc{' / ' + lit(H * W) if avg else ''};", "}"]
+    return g.finish("globalpool", "\n".join(lines), g.shape(node.outputs[0]), loops=H * (inner + 1) + 1)
+
+
+def gen_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    if len([o for o in node.outputs if o]) > 1:
+        raise Decline("MaxPool indices output not supported")
+    g.check_float(x, node.outputs[0])
+    xs, ys = _spatial(g, x, node.outputs[0])
+    if len(xs) != 4:
+        raise Decline("only 2-D pooling")
+    k = [int(v) for v in node.attrs["kernel_shape"]]
+    s = [int(v) for v in node.attrs.get("strides", [1, 1])]
+    dl = [int(v) for v in node.attrs.get("dilations", [1, 1])]
+    p = _pads(node, xs[2:], ys[2:], k, s, dl)
+    avg = node.op_type == "AveragePool"
+    include_pad = avg and int(node.attrs.get("count_include_pad", 0))
+    if include_pad and (node.attrs.get("ceil_mode", 0) or node.attrs.get("auto_pad", "NOTSET") not in
+                        ("NOTSET", b"NOTSET")):
+        raise Decline("count_include_pad with ceil_mode or auto_pad not supported")
+    pads_full = [int(v) for v in node.attrs.get("pads", [0, 0, 0, 0])]
+    ld = g.load(x)
+    lines = ["float compute(float n, float c, float h, float w) {",
+             f"    float acc = {'0.0' if avg else '-g2_inf()'}; float cnt = 0.0;"]
+    for kh in range(k[0]):
+        for kw in range(k[1]):
+            ih = f"(h * {lit(s[0])} + {lit(kh * dl[0] - p[0])})"
+            iw = f"(w * {lit(s[1])} + {lit(kw * dl[1] - p[1])})"
+            cond = f"{ih} >= 0.0 && {ih} < {lit(xs[2])} && {iw} >= 0.0 && {iw} < {lit(xs[3])}"
+            upd = f"acc += {ld}(n, c, {ih}, {iw}); cnt += 1.0;" if avg else f"acc = max(acc, {ld}(n, c, {ih}, {iw}));"
+            lines.append(f"    if ({cond}) {{ {upd} }}")
+    if include_pad:
+        # the window clipped to the padded input (pads counted, the ceil_mode overhang not)
+        hi_h, hi_w = xs[2] + pads_full[2], xs[3] + pads_full[3]
+        lines.append(f"    float hs = h * {lit(s[0])} - {lit(p[0])}; float ws = w * {lit(s[1])} - {lit(p[1])};")
+        lines.append(f"    cnt = (min(hs + {lit((k[0] - 1) * dl[0] + 1)}, {lit(hi_h)}) - hs) * "
+                     f"(min(ws + {lit((k[1] - 1) * dl[1] + 1)}, {lit(hi_w)}) - ws);")
+    lines += [f"    return {'acc / cnt' if avg else 'acc'};", "}"]
+    return g.finish("pool", "\n".join(lines), ys)
+
+
+def _coord_in(mode: str, out_c: str, scale: float, in_len: int, out_len: int, roi: tuple[float, float]) -> str:
+    if mode == "half_pixel":
+        return f"(({out_c} + 0.5) / {lit(scale)} - 0.5)"
+    if mode == "pytorch_half_pixel":
+        return f"({lit(out_len)} > 1.0 ? ({out_c} + 0.5) / {lit(scale)} - 0.5 : 0.0)"
+    if mode == "align_corners":
+        return "0.0" if out_len == 1 else f"({out_c} * {lit((in_len - 1) / (out_len - 1))})"
+    if mode == "asymmetric":
+        return f"({out_c} / {lit(scale)})"
+    if mode == "half_pixel_symmetric":
+        adj = out_len / (scale * in_len)
+        off = in_len / 2.0 * (1 - adj)
+        return f"({lit(off)} + ({out_c} + 0.5) / {lit(scale)} - 0.5)"
+    if mode == "tf_crop_and_resize":
+        r0, r1 = roi
+        if out_len > 1:
+            return f"({lit(r0 * (in_len - 1))} + {out_c} * {lit((r1 - r0) * (in_len - 1) / (out_len - 1))})"
+        return lit(0.5 * (r0 + r1) * (in_len - 1))
+    raise Decline(f"coordinate_transformation_mode {mode!r} not supported")
+
+
+def gen_resize(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs, ys = g.shape(x), g.shape(node.outputs[0])
+    if len(xs) != 4 or xs[:2] != ys[:2]:
+        raise Decline("Resize only over the last two axes of a 4-D tensor")
+    a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in node.attrs.items()}
+    if node.op_type == "Upsample":
+        mode, ctm, nearest = a.get("mode", "nearest"), "asymmetric", "floor"
+    else:
+        mode = a.get("mode", "nearest")
+        ctm = a.get("coordinate_transformation_mode", "half_pixel")
+        nearest = a.get("nearest_mode", "round_prefer_floor")
+    if a.get("antialias", 0) or a.get("axes") is not None or a.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise Decline("Resize antialias / axes / keep_aspect_ratio_policy not supported")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise Decline(f"Resize mode {mode!r} not supported")
+    scales = None
+    sidx = 1 if node.op_type == "Upsample" else 2
+    if len(node.inputs) > sidx and node.inputs[sidx]:
+        if node.inputs[sidx] not in graph.constants:
+            raise Decline("Resize scales must be constant")
+        sc = graph.constants[node.inputs[sidx]].astype(np.float64).reshape(-1)
+        if sc.size:
+            scales = sc
+    if scales is None:
+        scales = np.array(ys, np.float64) / np.array(xs, np.float64)
+    roi = np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float64)
+    if node.op_type == "Resize" and node.inputs[1:2] and node.inputs[1] and ctm == "tf_crop_and_resize":
+        if node.inputs[1] not in graph.constants:
+            raise Decline("Resize roi must be constant")
+        roi = graph.constants[node.inputs[1]].astype(np.float64).reshape(-1)
+    if ctm == "tf_crop_and_resize":
+        raise Decline("tf_crop_and_resize (extrapolation) not supported")
+    ld = g.load(x)
+    H, W = xs[2], xs[3]
+    cy = _coord_in(ctm, "h", float(scales[2]), H, ys[2], (roi[2], roi[6]))
+    cx = _coord_in(ctm, "w", float(scales[3]), W, ys[3], (roi[3], roi[7]))
+    lines = ["float compute(float n, float c, float h, float w) {", f"    float fy = {cy}; float fx = {cx};"]
+    if mode == "nearest":
+        rnd = {"round_prefer_floor": "ceil({v} - 0.5)", "round_prefer_ceil": "floor({v} + 0.5)",
+               "floor": "floor({v})", "ceil": "ceil({v})"}.get(nearest)
+        if rnd is None:
+            raise Decline(f"nearest_mode {nearest!r} not supported")
+        lines.append(f"    float iy = clamp({rnd.format(v='fy')}, 0.0, {lit(H - 1)});")
+        lines.append(f"    float ix = clamp({rnd.format(v='fx')}, 0.0, {lit(W - 1)});")
+        lines.append(f"    return {ld}(n, c, iy, ix);")
+    else:
+        lines += [f"    fy = clamp(fy, 0.0, {lit(H - 1)}); fx = clamp(fx, 0.0, {lit(W - 1)});",
+                  "    float y0 = floor(fy); float x0 = floor(fx);",
+                  f"    float y1 = min(y0 + 1.0, {lit(H - 1)}); float x1 = min(x0 + 1.0, {lit(W - 1)});",
+                  "    float dy = fy - y0; float dx = fx - x0;",
+                  f"    float top = {ld}(n, c, y0, x0) * (1.0 - dx) + {ld}(n, c, y0, x1) * dx;",
+                  f"    float bot = {ld}(n, c, y1, x0) * (1.0 - dx) + {ld}(n, c, y1, x1) * dx;",
+                  "    return top * (1.0 - dy) + bot * dy;"]
+    lines.append("}")
+    return g.finish("resize", "\n".join(lines), ys)
+
+
+def _axis(node: Node, rank: int, default: int) -> int:
+    ax = int(node.attrs.get("axis", default))
+    return ax + rank if ax < 0 else ax
+
+
+def gen_concat(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    ins = [i for i in node.inputs if i]
+    g.check_float(*ins, node.outputs[0])
+    ys = g.shape(node.outputs[0])
+    if len(ys) > 4:
+        raise Decline("Concat of more than 4 dimensions")
+    ax = _axis(node, len(ys), 1) + 4 - len(ys)
+    coord = "nchw"[ax]
+    lines = ["float compute(float n, float c, float h, float w) {"]
+    off = 0
+    for i, name in enumerate(ins):
+        size = dims4(g.shape(name))[ax]
+        if size == 0:
+            continue
+        ld = g.load(name)
+        args = ", ".join(f"{v} - {lit(off)}" if v == coord else v for v in "nchw")
+        last = i == len(ins) - 1
+        cond = "" if last else f"if ({coord} < {lit(off + size)}) "
+        lines.append(f"    {cond}return {ld}({args});")
+        off += size
+    lines.append("}")
+    return g.finish("concat", "\n".join(lines), ys)
+
+
+def gen_softmax(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs = g.shape(x)
+    if len(xs) > 4:
+        raise Decline("Softmax of more than 4 dimensions")
+    ax = _axis(node, len(xs), -1 if graph.opset >= 13 else 1)
+    if graph.opset < 13 and ax != len(xs) - 1:
+        raise Decline("Softmax before opset 13 over a non-last axis")
+    ax4 = ax + 4 - len(xs)
+    L = dims4(xs)[ax4]
+    ld = g.load(x)
+    coord = "nchw"[ax4]
+    args = ", ".join("j" if v == coord else v for v in "nchw")
+    log = node.op_type == "LogSoftmax"
+    lines = ["float compute(float n, float c, float h, float w) {", "    float m = -g2_inf(); float s = 0.0;",
+             f"    for (int i = 0; i < {L}; i++) {{ float j = float(i); m = max(m, {ld}({args})); }}",
+             f"    for (int i = 0; i < {L}; i++) {{ float j = float(i); s += exp({ld}({args}) - m); }}",
+             f"    float v = {ld}(n, c, h, w) - m;",
+             f"    return {'v - log(s)' if log else 'exp(v) / s'};", "}"]
+    return g.finish("softmax", "\n".join(lines), xs, loops=2 * (L + 1))
+
+
+def _linear_to_coords(dims: tuple[int, int, int, int], lin: str) -> list[str]:
+    """GLSL statements splitting the C-order index ``lin`` into a0..a3 for 4-D ``dims``."""
+    n, c, h, w = dims
+    return [f"    float q0 = g2_idiv({lin}, {lit(w)}); float a3 = {lin} - q0 * {lit(w)};",
+            f"    float q1 = g2_idiv(q0, {lit(h)}); float a2 = q0 - q1 * {lit(h)};",
+            f"    float a0 = g2_idiv(q1, {lit(c)}); float a1 = q1 - a0 * {lit(c)};"]
+
+
+def gen_reshape(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    """Reshape, Flatten, Squeeze, Unsqueeze: same elements in the same order, new shape."""
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs, ys = g.shape(x), g.shape(node.outputs[0])
+    ld = g.load(x)
+    y4, x4 = dims4(ys), dims4(xs)
+    if x4[3] == y4[3]:
+        # same last dimension: only the row index is re-split
+        lines = ["float compute(float n, float c, float h, float w) {",
+                 f"    float lin = (n * {lit(y4[1])} + c) * {lit(y4[2])} + h;",
+                 f"    float q1 = g2_idiv(lin, {lit(x4[2])}); float a2 = lin - q1 * {lit(x4[2])};",
+                 f"    float a0 = g2_idiv(q1, {lit(x4[1])}); float a1 = q1 - a0 * {lit(x4[1])};",
+                 f"    return {ld}(a0, a1, a2, w);", "}"]
+    else:
+        lines = ["float compute(float n, float c, float h, float w) {",
+                 f"    float lin = ((n * {lit(y4[1])} + c) * {lit(y4[2])} + h) * {lit(y4[3])} + w;",
+                 *_linear_to_coords(x4, "lin"), f"    return {ld}(a0, a1, a2, a3);", "}"]
+    return g.finish("layout", "\n".join(lines), ys)
+
+
+def gen_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs, ys = g.shape(x), g.shape(node.outputs[0])
+    r = len(xs)
+    if r > 4:
+        raise Decline("Transpose of more than 4 dimensions")
+    perm = [int(v) for v in node.attrs.get("perm", list(range(r))[::-1])]
+    off = 4 - r
+    out_coord = ["n", "c", "h", "w"][off:]
+    src = ["0.0"] * off + [""] * r
+    for i, pi in enumerate(perm):  # output axis i is input axis perm[i]
+        src[off + pi] = out_coord[i]
+    ld = g.load(x)
+    body = f"float compute(float n, float c, float h, float w) {{ return {ld}({', '.join(src)}); }}"
+    return g.finish("layout", body, ys)
+
+
+def gen_pad(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs, ys = g.shape(x), g.shape(node.outputs[0])
+    if len(xs) > 4:
+        raise Decline("Pad of more than 4 dimensions")
+    mode = node.attrs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "edge", "reflect"):
+        raise Decline(f"Pad mode {mode!r} not supported")
+    if graph.opset >= 11:
+        if len(node.inputs) < 2 or node.inputs[1] not in graph.constants:
+            raise Decline("Pad pads must be constant")
+        pads = [int(v) for v in graph.constants[node.inputs[1]].reshape(-1)]
+        value = 0.0
+        if len(node.inputs) > 2 and node.inputs[2]:
+            if node.inputs[2] not in graph.constants:
+                raise Decline("Pad value must be constant")
+            value = float(graph.constants[node.inputs[2]].reshape(-1)[0])
+        if len(node.inputs) > 3 and node.inputs[3]:
+            raise Decline("Pad axes not supported")
+    else:
+        pads = [int(v) for v in node.attrs.get("pads", [])]
+        value = float(node.attrs.get("value", 0.0))
+    r = len(xs)
+    off = 4 - r
+    begin = [0] * off + pads[:r]
+    x4 = dims4(xs)
+    ld = g.load(x)
+    lines = ["float compute(float n, float c, float h, float w) {"]
+    names = []
+    for d, v in enumerate("nchw"):
+        e = f"(({v}) - {lit(begin[d])})"
+        names.append(f"s_{v}")
+        if mode == "edge":
+            lines.append(f"    float s_{v} = clamp({e}, 0.0, {lit(x4[d] - 1)});")
+        elif mode == "reflect":
+            period = max(2 * (x4[d] - 1), 1)
+            lines.append(f"    float s_{v} = abs({e}); s_{v} = s_{v} - {lit(period)} * floor(s_{v} / {lit(period)}); "
+                         f"s_{v} = s_{v} > {lit(x4[d] - 1)} ? {lit(period)} - s_{v} : s_{v};")
+        else:
+            lines.append(f"    float s_{v} = {e};")
+            lines.append(f"    if (s_{v} < 0.0 || s_{v} >= {lit(x4[d])}) return {lit(value)};")
+    lines += [f"    return {ld}({', '.join(names)});", "}"]
+    return g.finish("pad", "\n".join(lines), ys)
+
+
+def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    g = _Gen(node, graph, cfg)
+    x = node.inputs[0]
+    g.check_float(x, node.outputs[0])
+    xs, ys = g.shape(x), g.shape(node.outputs[0])
+    if len(xs) > 4:
+        raise Decline("reduction of more than 4 dimensions")
+    axes = node.attrs.get("axes")
+    as_input = graph.opset >= 18 or (node.op_type == "ReduceSum" and graph.opset >= 13)
+    if as_input and len(node.inputs) > 1 and node.inputs[1]:
+        if node.inputs[1] not in graph.constants:
+            raise Decline("reduction axes must be constant")
+        axes = [int(v) for v in graph.constants[node.inputs[1]].reshape(-1)]
+    r = len(xs)
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            raise Decline("noop_with_empty_axes")
+        axes = list(range(r))
+    axes = sorted({int(a) % r + 4 - r for a in axes})
+    keep = int(node.attrs.get("keepdims", 1))
+    x4 = dims4(xs)
+    kept = [d for d in range(4 - r, 4) if d not in axes]
+    # output coordinates (in output 4-D) map to the kept input axes in order
+    out_rank = len(ys)
+    out_coords = ["n", "c", "h", "w"][4 - out_rank:] if out_rank else []
+    src = {d: "0.0" for d in range(4)}
+    if keep:
+        for d in kept:
+            src[d] = "nchw"[d]
+    else:
+        for d, v in zip(kept, out_coords):
+            src[d] = v
+    op = node.op_type
+    init = {"ReduceMax": "-g2_inf()", "ReduceMin": "g2_inf()", "ReduceProd": "1.0"}.get(op, "0.0")
+    upd = {"ReduceMax": "acc = max(acc, v);", "ReduceMin": "acc = min(acc, v);", "ReduceProd": "acc *= v;",
+           "ReduceSumSquare": "acc += v * v;", "ReduceL2": "acc += v * v;", "ReduceL1": "acc += abs(v);",
+           "ReduceLogSumExp": "acc += exp(v);"}.get(op, "acc += v;")
+    fin = {"ReduceMean": f"acc / {lit(math.prod(x4[a] for a in axes))}", "ReduceL2": "sqrt(acc)",
+           "ReduceLogSumExp": "log(acc)", "ReduceLogSum": "log(acc)"}.get(op, "acc")
+    ld = g.load(x)
+    lines = ["float compute(float n, float c, float h, float w) {", f"    float acc = {init};"]
+    args = []
+    for d in range(4):
+        args.append(f"float(j{d})" if d in axes else src[d])
+    indent = "    "
+    for d in axes:
+        lines.append(f"{indent}for (int j{d} = 0; j{d} < {x4[d]}; j{d}++) {{")
+        indent += "    "
+    lines.append(f"{indent}float v = {ld}({', '.join(args)}); {upd}")
+    for _ in axes:
+        indent = indent[:-4]
+        lines.append(f"{indent}}}")
+    lines += [f"    return {fin};", "}"]
+    loops, trips = 0, 1
+    for d in axes:  # nested: every entry of a loop takes its steps plus an exit
+        loops += trips * (x4[d] + 1)
+        trips *= x4[d]
+    return g.finish("reduce", "\n".join(lines), ys, loops=loops)
+
+
+GENERATORS: dict[str, Callable[[Node, Graph, Config], Kernel]] = {
+    "Conv": gen_conv, "ConvTranspose": gen_conv_transpose, "Gemm": gen_gemm, "MatMul": gen_matmul,
+    "GlobalAveragePool": gen_global_pool, "GlobalMaxPool": gen_global_pool,
+    "AveragePool": gen_pool, "MaxPool": gen_pool, "Resize": gen_resize, "Upsample": gen_resize,
+    "Concat": gen_concat, "Softmax": gen_softmax, "LogSoftmax": gen_softmax,
+    "Reshape": gen_reshape, "Flatten": gen_reshape, "Squeeze": gen_reshape, "Unsqueeze": gen_reshape,
+    "Transpose": gen_transpose, "Pad": gen_pad,
+    **{op: gen_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                                 "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")},
+    **{op: gen_elementwise for op in list(_BINARY) + list(_UNARY)},
+}
+
+
+def generate(node: Node, graph: Graph, cfg: Config) -> Kernel:
+    """The kernel for ``node``; raises :class:`Decline` with the reason when there is none."""
+    if node.domain not in ("", "ai.onnx"):
+        raise Decline(f"domain {node.domain!r}")
+    gen = GENERATORS.get(node.op_type)
+    if gen is None:
+        raise Decline(f"no gles2 kernel for {node.op_type}")
+    if not node.outputs or not node.outputs[0]:
+        raise Decline("no output")
+    for o in node.outputs[1:]:
+        if o:
+            raise Decline("optional extra outputs not supported")
+    return gen(node, graph, cfg)

@@ -1,0 +1,685 @@
+"""The gles2 path (GL ES 2.0: RGBA8 render-to-texture, floats packed into bytes, per-shape
+GLSL ES 1.00 kernels): the encoding (docs/gles2_encoding.md) bit for bit, every kernel against
+``fallback`` on random inputs and awkward shapes with outputs poisoned (NaN bytes) before each
+draw, whole models against onnxruntime, and proof that the path stays inside ES 2.0."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path as FsPath
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fallback
+from gpubackend.graph import Graph, Node
+from gpubackend.paths.base import RunStats
+from gpubackend.paths.gles2._canary import reference
+
+ROOT = FsPath(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+_PATHS: dict[str, Any] = {}
+
+
+def gpath(precision: str = "fp32") -> Any:
+    from capability_probe.errors import DriverUnavailable
+    from gpubackend.paths import gles2
+
+    if precision not in _PATHS:
+        try:
+            p = gles2.create(precision)
+            p.runtime  # noqa: B018 - makes the context, checks highp
+        except DriverUnavailable as exc:  # pragma: no cover - only without a GL ES 2.0 driver
+            pytest.skip(f"no GL context with highp fragment shaders: {exc}")
+        p.poison = True
+        _PATHS[precision] = p
+    return _PATHS[precision]
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm((got.astype(np.float64) - want).ravel()) / max(np.linalg.norm(want.ravel()), 1e-30))
+
+
+def single(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None,
+           attrs: dict | None = None, order: list[str] | None = None, opset: int = 17,
+           precision: str = "fp32", out_shape: tuple[int, ...] | None = None,
+           path: Any = None) -> tuple[np.ndarray, RunStats, Any]:
+    """Run one node on gles2 with poisoned outputs; returns (output, stats, kernel)."""
+    consts = consts or {}
+    names = order or list(feeds) + list(consts)
+    arrays = {**feeds, **consts}
+    shapes = {n: tuple(a.shape) for n, a in arrays.items()}
+    if out_shape is None:
+        args = [arrays[n] if n else None for n in names]
+        out_shape = tuple(np.asarray(fallback.run_node(op, args, dict(attrs or {}), opset)[0]).shape)
+    shapes["out_"] = out_shape
+    dtypes = {n: np.asarray(a).dtype for n, a in arrays.items()}
+    dtypes["out_"] = np.dtype(np.float32)
+    node = Node("n", op, names, ["out_"], dict(attrs or {}))
+    graph = Graph([node], list(feeds), ["out_"], dict(consts), shapes, dtypes, opset)
+    path = path or gpath(precision)
+    why = path.decline(node, graph)
+    assert why is None, why
+    seg = path.compile([node], graph, list(feeds), ["out_"])
+    saved = {n: a.copy() for n, a in feeds.items()}
+    stats = RunStats()
+    try:
+        got = seg.run(feeds, stats)["out_"]
+        kernel = seg.steps[0].kernel
+    finally:
+        seg.close()
+    for n, a in feeds.items():
+        np.testing.assert_array_equal(a, saved[n], err_msg="feeds were modified")
+    return got, stats, kernel
+
+
+def run_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None,
+             attrs: dict | None = None, order: list[str] | None = None, opset: int = 17,
+             precision: str = "fp32", tol: float | None = None, kernel: str | None = None) -> np.ndarray:
+    """One node on gles2 against ``fallback.run_node`` (ONNX's reference evaluator for the few ops
+    fallback lacks; fp16: inputs rounded to fp16 first, as the path stores them)."""
+    consts = consts or {}
+    attrs = attrs or {}
+    if precision == "fp16":
+        feeds = {n: a.astype(np.float16).astype(np.float32) for n, a in feeds.items()}
+    names = order or list(feeds) + list(consts)
+    arrays = {**feeds, **consts}
+    want = reference(op, [arrays[n] if n else None for n in names], dict(attrs), opset)
+    got, stats, k = single(op, feeds, consts, attrs, names, opset, precision, tuple(want.shape))
+    assert got.shape == want.shape
+    assert stats.dispatches == 1 and stats.uploads == len(feeds) and stats.downloads == 1
+    assert np.isfinite(got).all() == np.isfinite(want).all(), "non-finite values (an unwritten texel?)"
+    err = rel_err(got, want)
+    tol = tol or (1e-2 if precision == "fp16" else 1e-5)
+    assert err < tol, f"{op} {attrs}: relative error {err:.3g}"
+    if precision == "fp32":  # elementwise check too
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(float(np.abs(want).max()), 1.0))
+    if kernel:
+        assert k.name == kernel
+    return got
+
+
+rng = np.random.default_rng(0)
+
+
+def rnd(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---- the encoding ----------------------------------------------------------------------------
+
+def _identity(x: np.ndarray, precision: str = "fp32") -> np.ndarray:
+    got, _, _ = single("Identity", {"x": x}, precision=precision, out_shape=x.shape)
+    return got
+
+
+def _expected32(x: np.ndarray) -> np.ndarray:
+    """What the shader's encode(decode(x)) gives: docs/gles2_encoding.md's table."""
+    e = x.copy()
+    e[np.abs(x) < np.float32(2.0 ** -126)] = 0.0  # denormals and -0 -> +0
+    bits = e.view(np.uint32).copy()
+    bits[np.isnan(x)] = 0x7FC00000
+    return bits
+
+
+def test_encoding_every_float32_class_round_trips():
+    tiny = np.float32(2.0 ** -126)
+    x = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, -np.nan, np.float32(3.4028235e38),
+                  -np.float32(3.4028235e38), tiny, -tiny, np.nextafter(tiny, np.float32(0)),
+                  np.float32(1e-45), -np.float32(1e-45), np.float32(1e-40), 0.1, 1 / 3, 16777216.0,
+                  16777217.0, 8388607.5, np.nextafter(np.float32(1), np.float32(2)),
+                  np.nextafter(np.float32(1), np.float32(0)), 2.0 ** 127, 2.0 ** -125], dtype=np.float32)
+    # every power of two and its neighbours (log2 is least reliable there)
+    p2 = np.float32(2.0) ** np.arange(-126, 128, dtype=np.float32)
+    nb = np.concatenate([p2, np.nextafter(p2, np.float32(np.inf)), np.nextafter(p2, np.float32(0)), -p2])
+    x = np.concatenate([x, nb]).astype(np.float32)
+    got = _identity(x.reshape(1, -1))
+    np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), _expected32(x))
+    # the documented classes, spelled out
+    g = got.reshape(-1)
+    assert g[0].view(np.uint32) == 0 and g[1].view(np.uint32) == 0, "+0 and -0 both come back +0"
+    assert g[4] == np.inf and g[5] == -np.inf
+    assert np.isnan(g[6]) and np.isnan(g[7])
+    assert g[12] == 0 and g[13] == 0 and g[15] == 0, "denormals flush to zero"
+
+
+def test_encoding_random_bit_patterns_are_exact():
+    bits = np.random.default_rng(7).integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32).reshape(40, 5000)
+    got = _identity(x)
+    np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), _expected32(x.reshape(-1)))
+
+
+def test_encoding_of_computed_values_is_exact():
+    """The encoder on values the shader computed (not only decoded ones): x * 3 + y."""
+    x = (np.random.default_rng(3).standard_normal((4, 5000)) * 10.0 ** np.random.default_rng(4).integers(
+        -30, 30, (4, 5000))).astype(np.float32)
+    y = np.random.default_rng(5).standard_normal((4, 5000)).astype(np.float32)
+    got, _, _ = single("Add", {"x": x, "y": y})
+    np.testing.assert_array_equal(got.view(np.uint32), (x + y).view(np.uint32))
+    got, _, _ = single("Mul", {"x": x, "y": y})
+    np.testing.assert_array_equal(got.view(np.uint32), _expected32(x * y))
+
+
+def test_encoding_fp16_round_trip_and_rounding():
+    h = np.arange(0, 65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    h = h[~np.isnan(h)]
+    got = _identity(h.reshape(70, -1), "fp16").reshape(-1)
+    want = h.copy()
+    want[want == 0] = 0.0  # -0 -> +0
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    nan = _identity(np.array([[np.nan, 1.0, -np.nan]], np.float32), "fp16")
+    assert np.isnan(nan[0, 0]) and nan[0, 1] == 1.0 and np.isnan(nan[0, 2])
+    # the shader's rounding (fp32 sum -> fp16): nearest even, subnormals, overflow to Inf
+    a = (np.random.default_rng(9).standard_normal((3, 7001)) * 10.0 ** np.random.default_rng(10).integers(
+        -7, 5, (3, 7001))).astype(np.float16).astype(np.float32)
+    c = np.float32(np.random.default_rng(11).standard_normal() * 1e-3)
+    got, _, _ = single("Add", {"a": a}, {"c": np.array(c, np.float32)}, precision="fp16")
+    want = (a + c).astype(np.float16).astype(np.float32)
+    want[want == 0] = 0.0
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    big, _, _ = single("Mul", {"a": np.array([[60000.0, -60000.0, 3.0]], np.float32)},
+                       {"c": np.array(2.0, np.float32)}, precision="fp16")
+    assert big[0, 0] == np.inf and big[0, 1] == -np.inf and big[0, 2] == 6.0
+
+
+# ---- convolution family ----------------------------------------------------------------------
+
+CONV_CASES = [
+    # (N, Cin, H, W, Cout, kernel (kh, kw), stride (sh, sw), pads (t, l, b, r), dilation, group)
+    (1, 3, 9, 7, 5, (3, 3), (1, 1), (1, 1, 1, 1), 1, 1),
+    (2, 6, 8, 8, 10, (3, 3), (2, 2), (1, 1, 1, 1), 1, 1),
+    (1, 5, 1, 1, 7, (1, 1), (1, 1), (0, 0, 0, 0), 1, 1),
+    (1, 17, 6, 5, 33, (1, 1), (1, 1), (0, 0, 0, 0), 1, 1),
+    (1, 8, 11, 9, 12, (3, 3), (1, 1), (2, 2, 2, 2), 2, 1),
+    (1, 7, 10, 8, 3, (5, 5), (2, 2), (2, 2, 2, 2), 1, 1),
+    (1, 3, 16, 16, 16, (3, 3), (2, 2), (0, 0, 1, 1), 1, 1),      # the selfie stem: asymmetric pads
+    (1, 12, 7, 9, 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, 12),
+    (2, 10, 9, 6, 10, (3, 3), (2, 2), (0, 0, 1, 1), 1, 10),     # strided depthwise, asymmetric pads
+    (1, 9, 11, 11, 9, (5, 5), (2, 2), (1, 1, 2, 2), 1, 9),       # selfie's 5x5 strided depthwise
+    (1, 8, 6, 6, 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, 4),
+    (1, 6, 5, 7, 9, (3, 2), (2, 1), (1, 0, 0, 1), 1, 3),
+    (1, 7, 4, 3, 5, (1, 1), (2, 2), (0, 0, 0, 0), 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "-".join(map(str, c)).replace(" ", ""))
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_conv(case, precision):
+    n, cin, h, w, cout, k, s, p, d, g = case
+    attrs = {"kernel_shape": list(k), "strides": list(s), "pads": list(p), "dilations": [d, d], "group": g}
+    run_node("Conv", {"x": rnd(n, cin, h, w)}, {"w": rnd(cout, cin // g, *k, scale=0.3), "b": rnd(cout)}, attrs,
+             precision=precision)
+
+
+def test_conv_kernel_names():
+    _, _, k = single("Conv", {"x": rnd(1, 4, 5, 5)}, {"w": rnd(6, 4, 1, 1)}, {"kernel_shape": [1, 1]})
+    assert k.name == "conv1x1"
+    _, _, k = single("Conv", {"x": rnd(1, 4, 5, 5)}, {"w": rnd(4, 1, 3, 3)}, {"kernel_shape": [3, 3], "group": 4})
+    assert k.name == "depthwise"
+
+
+@pytest.mark.parametrize("act", [("Relu", {}), ("Clip", {"min": 0.0, "max": 6.0}), ("LeakyRelu", {"alpha": 0.1}),
+                                 ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}), ("HardSwish", {}),
+                                 ("Sigmoid", {}), ("Tanh", {})], ids=lambda a: a[0])
+def test_conv_fused_activation(act):
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "_act": act}
+    run_node("Conv", {"x": rnd(1, 5, 7, 6, scale=2.0)}, {"w": rnd(6, 5, 3, 3, scale=0.5)}, attrs)
+
+
+def test_conv_auto_pad_and_1d():
+    run_node("Conv", {"x": rnd(1, 4, 9, 8)}, {"w": rnd(6, 4, 3, 2)},
+             {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": "SAME_UPPER"})
+    run_node("Conv", {"x": rnd(1, 4, 9, 8)}, {"w": rnd(6, 4, 3, 3)},
+             {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER"})
+    run_node("Conv", {"x": rnd(2, 3, 11)}, {"w": rnd(5, 3, 3), "b": rnd(5)},
+             {"kernel_shape": [3], "strides": [2], "pads": [1, 0]})
+
+
+@pytest.mark.parametrize("case", [
+    # (N, Cin, H, W, Cout, k, stride, pads, group, dilation, output_padding)
+    (1, 16, 8, 8, 1, 2, 2, 0, 1, 1, 0),      # the selfie head: 2x2 stride 2 with bias
+    (1, 6, 5, 4, 3, 2, 2, 0, 1, 1, 0),
+    (1, 8, 4, 5, 5, 3, 2, 1, 1, 1, 1),
+    (2, 3, 3, 3, 4, 2, 2, 0, 1, 1, 0),
+    (1, 5, 4, 4, 6, 3, 1, 1, 1, 1, 0),
+    (1, 6, 3, 4, 4, 3, 2, 1, 2, 1, 0),
+    (1, 3, 4, 3, 2, 3, 1, 0, 1, 2, 0),
+], ids=str)
+def test_conv_transpose(case):
+    n, cin, h, w, cout, k, s, p, g, d, op = case
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p], "group": g, "dilations": [d, d],
+             "output_padding": [op, op]}
+    run_node("ConvTranspose", {"x": rnd(n, cin, h, w)}, {"w": rnd(cin, cout // g, k, k), "b": rnd(cout)}, attrs,
+             kernel="convtranspose")
+
+
+def test_conv_transpose_fused_sigmoid_fp16():
+    run_node("ConvTranspose", {"x": rnd(1, 16, 6, 7)}, {"w": rnd(16, 1, 2, 2), "b": rnd(1)},
+             {"kernel_shape": [2, 2], "strides": [2, 2], "_act": ("Sigmoid", {})}, precision="fp16")
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 10, 5), (3, 17, 9), (2, 64, 33)])
+def test_gemm_and_matmul(m, k, n):
+    run_node("Gemm", {"a": rnd(m, k)}, {"b": rnd(n, k), "c": rnd(n)}, {"transB": 1, "alpha": 0.5, "beta": 2.0})
+    run_node("Gemm", {"a": rnd(k, m)}, {"b": rnd(k, n), "c": rnd(m, 1)}, {"transA": 1})
+    run_node("Gemm", {"a": rnd(m, k), "b": rnd(k, n)}, attrs={"_act": ("Relu", {})})
+    run_node("MatMul", {"a": rnd(m, k)}, {"b": rnd(k, n)})
+
+
+def test_matmul_batched_broadcast():
+    run_node("MatMul", {"a": rnd(2, 3, 4, 5), "b": rnd(3, 5, 6)})
+    run_node("MatMul", {"a": rnd(3, 4, 5)}, {"b": rnd(5, 7)}, precision="fp16")
+
+
+# ---- elementwise, pooling, resize, layout ---------------------------------------------------
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"])
+def test_binary(op):
+    a, b = rnd(2, 7, 5, 3), rnd(2, 7, 5, 3)
+    if op in ("Div", "Pow"):
+        b = np.abs(b) + 0.5
+    if op == "Pow":
+        a = np.abs(a) + 0.1
+    run_node(op, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("bshape", [(1, 6, 1, 1), (1, 1, 5, 4), (1, 1, 1, 1), (6, 1, 1), (4,), (2, 6, 5, 4)],
+                         ids=str)
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_binary_broadcast(bshape, precision):
+    run_node("Mul", {"a": rnd(2, 6, 5, 4), "b": rnd(*bshape)}, precision=precision)   # per-channel scale
+    run_node("Add", {"a": rnd(1, 6, 5, 4)}, {"c": rnd(*bshape)[:1] if len(bshape) == 4 else rnd(*bshape)},
+             precision=precision)
+    run_node("Sub", {"b": rnd(*bshape), "a": rnd(2, 6, 5, 4)}, order=["b", "a"], precision=precision)
+
+
+def test_variadic_and_scalar_constants():
+    run_node("Sum", {"a": rnd(3, 4), "b": rnd(3, 4), "c": rnd(1, 4)})
+    run_node("Mean", {"a": rnd(3, 4), "b": rnd(3, 1)})
+    run_node("Mul", {"a": rnd(3, 5)}, {"s": np.array(1.5, np.float32)})
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("HardSwish", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
+    ("LeakyRelu", {"alpha": 0.05}), ("Elu", {"alpha": 0.7}), ("Selu", {}), ("Neg", {}), ("Abs", {}), ("Exp", {}),
+    ("Softplus", {}), ("Softsign", {}), ("Floor", {}), ("Ceil", {}), ("Sin", {}), ("Cos", {}), ("Identity", {}),
+    ("ThresholdedRelu", {"alpha": 0.3}), ("Sign", {})], ids=lambda v: v if isinstance(v, str) else "")
+def test_unary(op, attrs):
+    run_node(op, {"x": rnd(2, 5, 3, 7, scale=3.0)}, attrs=attrs)
+
+
+@pytest.mark.parametrize("op", ["Log", "Sqrt", "Reciprocal"])
+def test_unary_positive(op):
+    run_node(op, {"x": np.abs(rnd(3, 5, 7)) + 0.1})
+
+
+def test_clip_with_constant_bounds():
+    run_node("Clip", {"x": rnd(2, 3, 4, 5, scale=4.0)}, {"lo": np.array(-1.0, np.float32),
+                                                          "hi": np.array(2.5, np.float32)})
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("shape", [(1, 16, 13, 9), (2, 5, 1, 1), (1, 3, 64, 64)], ids=str)
+def test_global_pool(shape, precision):
+    run_node("GlobalAveragePool", {"x": rnd(*shape)}, precision=precision, kernel="globalpool")
+    run_node("GlobalMaxPool", {"x": rnd(*shape)}, precision=precision)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 3], "strides": [1, 2], "ceil_mode": 1}),
+], ids=str)
+def test_pool(op, attrs):
+    run_node(op, {"x": rnd(2, 5, 9, 8)}, attrs=attrs, kernel="pool")
+
+
+@pytest.mark.parametrize("attrs,scales,sizes", [
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 2, 2], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, None, [2, 5, 15, 7]),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 2.0, 1.5], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"}, [1, 1, 0.5, 0.75], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, [1, 1, 1.7, 2.0], None),
+    ({"mode": "nearest"}, [1, 1, 2, 3], None),
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, [1, 1, 1.5, 2],
+     None),
+    ({"mode": "nearest", "coordinate_transformation_mode": "align_corners", "nearest_mode": "round_prefer_ceil"},
+     None, [2, 5, 9, 4]),
+], ids=str)
+def test_resize(attrs, scales, sizes):
+    consts = {"roi": np.zeros(0, np.float32)}
+    order = ["x", "roi"]
+    if scales is not None:
+        consts["scales"] = np.array(scales, np.float32)
+        order.append("scales")
+    else:
+        consts["sizes"] = np.array(sizes, np.int64)
+        order += ["", "sizes"]
+    run_node("Resize", {"x": rnd(2, 5, 6, 4)}, consts, attrs, order=order, kernel="resize")
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_concat(axis):
+    shapes = [[2, 3, 4, 5]] * 3
+    for i, s in enumerate(shapes):
+        s = list(s)
+        s[axis] = [1, 3, 2][i]
+        shapes[i] = s
+    run_node("Concat", {f"x{i}": rnd(*s) for i, s in enumerate(shapes)}, attrs={"axis": axis}, kernel="concat")
+
+
+def test_softmax_reduce_and_layout_ops():
+    run_node("Softmax", {"x": rnd(3, 37)}, attrs={"axis": 1}, kernel="softmax")
+    run_node("Softmax", {"x": rnd(2, 4, 5)}, attrs={"axis": 1})
+    run_node("LogSoftmax", {"x": rnd(2, 9)}, attrs={"axis": -1})
+    run_node("ReduceMean", {"x": rnd(2, 4, 5, 3)}, attrs={"axes": [2, 3], "keepdims": 1}, opset=13)
+    run_node("ReduceSum", {"x": rnd(2, 4, 5)}, {"axes": np.array([1], np.int64)}, attrs={"keepdims": 0})
+    run_node("ReduceMax", {"x": rnd(2, 4, 5)}, {"axes": np.array([0, 2], np.int64)}, opset=18)
+    run_node("ReduceMin", {"x": rnd(2, 4, 5)}, attrs={"axes": [1], "keepdims": 0})
+    run_node("Flatten", {"x": rnd(2, 3, 4, 5)}, attrs={"axis": 1}, kernel="layout")
+    run_node("Reshape", {"x": rnd(2, 3, 4, 5)}, {"s": np.array([6, 20], np.int64)})
+    run_node("Reshape", {"x": rnd(2, 3, 4, 5)}, {"s": np.array([4, 3, 5, 2], np.int64)})
+    run_node("Transpose", {"x": rnd(2, 3, 4, 5)}, attrs={"perm": [0, 2, 3, 1]})
+    run_node("Transpose", {"x": rnd(3, 7)})
+    run_node("Unsqueeze", {"x": rnd(3, 7)}, {"axes": np.array([0, 2], np.int64)})
+    run_node("Squeeze", {"x": rnd(3, 1, 7)}, {"axes": np.array([1], np.int64)})
+    run_node("Pad", {"x": rnd(1, 3, 4, 5)}, {"p": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}, kernel="pad")
+    run_node("Pad", {"x": rnd(1, 3, 4, 5)}, {"p": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)},
+             attrs={"mode": "reflect"})
+    run_node("Pad", {"x": rnd(1, 3, 4, 5)}, {"p": np.array([0, 1, 1, 2, 0, 0, 2, 1], np.int64),
+                                             "v": np.array(0.5, np.float32)}, attrs={"mode": "constant"})
+    run_node("Pad", {"x": rnd(1, 3, 4, 5)}, {"p": np.array([0, 0, 3, 2, 0, 0, 2, 1], np.int64)},
+             attrs={"mode": "edge"})
+
+
+def test_row_wrapping_layout_when_the_texture_limit_is_small():
+    """Tensors taller than GL_MAX_TEXTURE_SIZE wrap several rows into one texture row."""
+    from gpubackend.paths import gles2
+
+    for precision in ("fp32", "fp16"):
+        p = gles2.create(precision)
+        p.poison = True
+        p.runtime.max_size = 64
+        # 4 input channels: llvmpipe's JIT time explodes on larger unrolled fp16 kernels with wrapped rows
+        x = rnd(2, 4, 9, 7)
+        w = rnd(13, 4, 3, 3, scale=0.3)
+        want = fallback.run_node("Conv", [x, w, None], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 17)[0]
+        got, _, _ = single("Conv", {"x": x}, {"w": w}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+                           path=p, out_shape=want.shape)
+        assert rel_err(got, want) < (1e-5 if precision == "fp32" else 1e-2)
+        got, _, _ = single("Relu", {"x": x}, path=p, out_shape=x.shape)
+        np.testing.assert_allclose(got, np.maximum(x, 0), rtol=1e-3 if precision == "fp16" else 0)
+        too_wide = Graph([Node("r", "Relu", ["x"], ["y"])], ["x"], ["y"], {},
+                         {"x": (1, 1, 1, 200), "y": (1, 1, 1, 200)})
+        assert "GL_MAX_TEXTURE_SIZE" in p.decline(too_wide.nodes[0], too_wide)
+        p.close()
+
+
+def test_declines_with_reasons():
+    p = gpath()
+    g = Graph([], ["x"], ["y"], {"w": rnd(4, 3, 3, 3, 3)}, {"x": (1, 3, 5, 5, 5), "y": (1, 4, 3, 3, 3)})
+    assert "1-D and 2-D" in p.decline(Node("c", "Conv", ["x", "w"], ["y"], {"kernel_shape": [3, 3, 3]}), g)
+    g = Graph([], ["x"], ["y"], {}, {"x": (3, 4), "y": (3, 4)}, {"x": np.dtype(np.int64)})
+    assert "float32" in p.decline(Node("r", "Relu", ["x"], ["y"]), g)
+    assert "no gles2 kernel for NonMaxSuppression" in p.decline(Node("n", "NonMaxSuppression", ["x"], ["y"]), g)
+    g = Graph([], ["x", "s"], ["y"], {}, {"x": (1, 3, 5, 5), "s": (4,), "y": (1, 3, 10, 10)})
+    assert "constant" in p.decline(Node("r", "Resize", ["x", "", "s"], ["y"], {"mode": "linear"}), g)
+    from gpubackend.paths import gles2
+
+    d = gles2.create("fp32", frozenset({"depthwise"}))
+    g = Graph([], ["x"], ["y"], {"w": rnd(3, 1, 3, 3)}, {"x": (1, 3, 5, 5), "y": (1, 3, 3, 3)})
+    node = Node("c", "Conv", ["x", "w"], ["y"], {"group": 3})
+    assert "disabled" in d.decline(node, g)
+    assert gles2.kernel_name(node, g) == "depthwise"
+
+
+# ---- proof of ES 2.0 -------------------------------------------------------------------------
+
+class _ES2Device:
+    """Wraps the real GLDevice: every texture must be RGBA / UNSIGNED_BYTE, no compute shader,
+    no buffer but the one vertex buffer, every program ``#version 100``."""
+
+    def __init__(self) -> None:
+        from gpubackend.gl.device import GLDevice
+
+        self.inner = GLDevice("gles2")
+        self.ctx = self.inner.ctx
+        self.sources: list[str] = []
+        self.buffers = 0
+
+    def texture(self, size, components, data=None, dtype="f1"):
+        assert components == 4 and dtype == "f1", f"non-RGBA8 texture: {components} x {dtype}"
+        return self.inner.texture(size, components, data, dtype=dtype)
+
+    def compute(self, src):
+        raise AssertionError("gles2 asked for a compute shader")
+
+    def buffer(self, data=None, reserve=0):
+        self.buffers += 1
+        assert self.buffers == 1, "gles2 uses one vertex buffer only"
+        return self.inner.buffer(data, reserve)
+
+    def program(self, vertex, fragment):
+        assert vertex.startswith("#version 100\n") and fragment.startswith("#version 100\n")
+        self.sources.append(fragment)
+        return self.inner.program(vertex, fragment)
+
+    def dispatched(self):
+        self.inner.dispatched()
+
+    def readback(self, arr):
+        return self.inner.readback(arr)
+
+
+def _model_graph(proto, shapes=None):
+    from gpubackend.model import to_graph
+
+    return to_graph(proto, shapes)
+
+
+@pytest.fixture(scope="module")
+def es2_sources() -> list[str]:
+    """Every fragment shader the path makes for the selfie model and the two test models."""
+    import models
+
+    from gpubackend.models import SELFIE_SEGMENTATION
+    from gpubackend.paths import gles2
+
+    gpath()
+    sources: list[str] = []
+    for precision in ("fp32", "fp16"):
+        dev = _ES2Device()
+        dev.sources = sources
+        p = gles2.create(precision, device=dev)
+        for proto in (str(SELFIE_SEGMENTATION), models.mobilenet_v2_like(64), models.unet_like(32)):
+            import onnx
+
+            g = _model_graph(onnx.load(proto) if isinstance(proto, str) else proto)
+            nodes = [n for n in g.nodes if p.decline(n, g) is None][:40]
+            assert nodes
+            produced = {o for n in nodes for o in n.outputs}
+            ins = sorted({i for n in nodes for i in n.inputs if i and i not in produced and i not in g.constants})
+            seg = p.compile(nodes, g, ins, [nodes[-1].outputs[0]])
+            seg.close()
+    return sources
+
+
+def test_es2_only_textures_and_version_100(es2_sources):
+    assert len(es2_sources) > 20
+    for src in es2_sources:
+        assert src.startswith("#version 100\n")
+        for bad in ("texelFetch", "texture(", "gl_FragData[1]", "out vec4", "layout(", "uint", "floatBitsToUint",
+                    "textureSize", "#extension"):
+            assert bad not in src, f"ES 3 construct {bad!r} in a gles2 shader"
+
+
+def test_es2_shaders_validate_as_glsl_es_100(es2_sources, tmp_path):
+    exe = shutil.which("glslangValidator")
+    if exe is None:
+        pytest.skip("glslangValidator is not installed")
+    for i, src in enumerate(dict.fromkeys(es2_sources)):
+        f = tmp_path / f"k{i}.frag"
+        f.write_text(src)
+        r = subprocess.run([exe, str(f)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr + "\n" + src
+
+
+def test_es2_source_scan():
+    """The path's own code names no ES 3.x facility."""
+    files = list((ROOT / "gpubackend" / "paths" / "gles2").glob("*.py")) + list((ROOT / "shaders" / "gles2").glob("*"))
+    pattern = re.compile(r"texelFetch|compute_shader|\.compute\(|dtype=\"f[24]\"|dtype='f[24]'|\"f2\"|\"f4\"|"
+                         r"draw_buffers|color_attachments=\[[^\]]*,|storage_buffer|glDrawBuffers|RGBA32F|RGBA16F|"
+                         r"#version 3|uniform_buffer|bind_to_storage|GL_TEXTURE_3D|texture3D")
+    for f in files:
+        text = f.read_text()
+        text = re.sub(r'np\.array\(\[-1, -1, 3, -1, -1, 3\], dtype="f4"\)', "", text)  # the vertex data
+        hits = pattern.findall(text)
+        assert not hits, f"{f.name}: {hits}"
+
+
+def test_highp_is_checked():
+    from gpubackend.paths import gles2
+
+    p = gpath()
+    ok, desc = gles2.fragment_highp(p.runtime.dev.ctx)
+    assert ok, desc
+    assert "#error" in (ROOT / "shaders" / "gles2" / "kernel.frag").read_text()
+
+
+# ---- whole models ----------------------------------------------------------------------------
+
+def _run_graph(proto, feeds: dict[str, np.ndarray], precision: str) -> tuple[list[np.ndarray], RunStats, int]:
+    """Every node of the model on gles2 as one segment (no probe, no planner)."""
+    p = gpath(precision)
+    g = _model_graph(proto)
+    reasons = {n.name: p.decline(n, g) for n in g.nodes}
+    assert not any(reasons.values()), {k: v for k, v in reasons.items() if v}
+    seg = p.compile(g.nodes, g, list(g.inputs), list(g.outputs))
+    stats = RunStats()
+    try:
+        out = seg.run(feeds, stats)
+    finally:
+        seg.close()
+    return [out[o] for o in g.outputs], stats, seg.draws
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_selfie_model_against_mediapipe_reference(precision):
+    import onnx
+
+    from gpubackend.models import SELFIE_SEGMENTATION
+
+    with np.load(ROOT / "tests" / "data" / "selfie_reference.npz") as d:
+        imgs, masks = d["inputs"], d["masks"]
+    x = np.ascontiguousarray((imgs[:1].astype(np.float32) / 255.0).transpose(0, 3, 1, 2))
+    proto = onnx.load(str(SELFIE_SEGMENTATION))
+    import models
+
+    ref = models.onnxruntime_outputs(proto, {"input": x})[0]
+    (got,), stats, draws = _run_graph(proto, {"input": x}, precision)
+    assert stats.uploads == 1 and stats.downloads == 1 and stats.dispatches == draws == 92
+    if precision == "fp32":
+        assert float(np.abs(got - ref).max()) < 1e-4
+        assert float(np.abs(got[0, 0] - masks[0]).max()) < 1e-3
+    else:  # fp16 storage through 92 layers: a few probabilities move by a few 1e-2 (TFLite's GPU fp16: 3e-2)
+        assert rel_err(got, ref) < 1e-2
+        assert float(np.abs(got - ref).max()) < 0.1
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("which", ["mobilenet_v2_like", "unet_like"])
+def test_test_models_against_onnxruntime(which, precision):
+    import models
+
+    proto = getattr(models, which)(64 if which == "mobilenet_v2_like" else 48)
+    feeds = models.random_inputs(proto)
+    want = models.onnxruntime_outputs(proto, feeds)
+    got, stats, draws = _run_graph(proto, feeds, precision)
+    assert stats.uploads == 1 and stats.downloads == 1 and stats.dispatches == draws
+    for a, b in zip(got, want):
+        models.assert_close(a, b, 1e-4 if precision == "fp32" else 2e-2, which)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["mobilenet_v2_like", "unet_like"])
+def test_test_models_full_size_through_session(which):
+    import models
+
+    import gpubackend
+
+    proto = getattr(models, which)()
+    feeds = models.random_inputs(proto)
+    want = models.onnxruntime_outputs(proto, feeds)
+    sess = gpubackend.Session(proto, path="gles2", fallback=False)
+    got = sess.run(feeds)
+    assert set(sess.placement.values()) == {"gles2"}
+    for a, b in zip(got, want):
+        models.assert_close(a, b, 1e-4, which)
+
+
+def test_session_places_everything_on_gles2():
+    import onnx
+
+    import gpubackend
+    from gpubackend.models import SELFIE_SEGMENTATION
+
+    try:
+        sess = gpubackend.Session(onnx.load(str(SELFIE_SEGMENTATION)), path="gles2", fallback=False)
+    except gpubackend.errors.PathUnavailableError as exc:
+        pytest.skip(f"the probe did not verify gles2 here: {exc}")
+    x = np.random.default_rng(0).random((1, 3, 256, 256), dtype=np.float32)
+    sess.run({"input": x})
+    assert set(sess.placement.values()) == {"gles2"}
+    assert sess.stats.uploads == 1 and sess.stats.downloads == 1 and sess.stats.dispatches == 92
+
+
+# ---- ONNX backend node tests, forced to gles2 ------------------------------------------------
+
+def _node_cases() -> list[str]:
+    try:
+        from onnx_nodes import node_cases
+    except ImportError:  # pragma: no cover
+        return []
+    return node_cases(
+        [r"test_(basic_)?conv(transpose)?(_.*)?", r"test_(relu|sigmoid|tanh|hardswish|hardsigmoid|leakyrelu|elu|selu|"
+         r"softplus|softsign|abs|neg|exp|floor|ceil|reciprocal|sqrt|log)(_example|_default)?",
+         r"test_(add|sub|mul|div)(_bcast|_example)?", r"test_(globalaveragepool|globalmaxpool)(_precomputed)?",
+         r"test_(maxpool|averagepool)_2d_.*", r"test_gemm_.*", r"test_matmul_[234]d", r"test_concat_.*",
+         r"test_resize_(up|down)sample_(scales|sizes)_(linear|nearest).*", r"test_softmax_.*", r"test_clip.*",
+         r"test_flatten_.*", r"test_transpose_.*", r"test_prelu_.*", r"test_reshape_.*", r"test_pad.*",
+         r"test_(un)?squeeze.*", r"test_reduce_(mean|sum|max|min)_.*"],
+        {r".*_expanded(_ver\d+)?": "an expansion into other ops, tested through those ops",
+         r".*(uint8|int8|int32|int64|_bool).*": "integer tensors: gles2 stores float32 only",
+         r"test_maxpool_with_argmax.*": "Indices output: declined",
+         r"test_convtranspose_3d|test_conv_.*3d.*": "3-D convolution: declined"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _node_cases())
+def test_onnx_node_case_forced_to_gles2(case):
+    from onnx_nodes import run_node_case
+
+    import gpubackend
+
+    try:
+        run_node_case(case, "gles2", fallback=False, rtol=1e-4, atol=1e-5)
+    except gpubackend.errors.UnsupportedOperatorError as exc:
+        pytest.skip(f"declined by gles2: {exc}")
+
+
+def test_conv_and_conv_transpose_with_weights_computed_at_run_time():
+    run_node("Conv", {"x": rnd(1, 6, 7, 5), "w": rnd(4, 3, 3, 3), "b": rnd(4)},
+             attrs={"kernel_shape": [3, 3], "pads": [1, 0, 0, 1], "group": 2})
+    run_node("ConvTranspose", {"x": rnd(1, 4, 3, 5), "w": rnd(4, 3, 2, 3)}, {"b": rnd(6)},
+             attrs={"kernel_shape": [2, 3], "strides": [2, 1], "group": 2})
+    run_node("Conv", {"x": rnd(1, 4, 6, 6), "w": rnd(5, 4, 1, 1)}, precision="fp16")
