@@ -533,13 +533,11 @@ def gen_global_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
     init = "0.0" if avg else "-g2_inf()"
     acc = "acc += v;" if avg else "acc = max(acc, v);"
     code, inner = unrolled(W, lambda j: f"float v = {ld}(n, c, y, {j}); {acc}")
-    # each row: its sum (avg) in a row accumulator first, so long rows lose less to rounding
-    row = "    float racc = 0.0;" if avg else ""
+    if avg:  # each row summed on its own first, so long rows lose less to rounding
+        code = "float racc = 0.0; " + code.replace("acc += v;", "racc += v;") + " acc += racc;"
     lines = ["float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
-             f"    for (int i = 0; i < {H}; i++) {{ float y = float(i);",
-             f"    {code.replace('acc += v;', 'racc += v;') if avg else code}" if not avg else
-             f"    {row} {code.replace('acc += v;', 'racc += v;')} acc += racc;",
-             "    }", f"    return acc{' / ' + lit(H * W) if avg else ''};", "}"]
+             f"    for (int i = 0; i < {H}; i++) {{ float y = float(i); {code} }}",
+             f"    return acc{' / ' + lit(H * W) if avg else ''};", "}"]
     return g.finish("globalpool", "\n".join(lines), g.shape(node.outputs[0]), loops=H * (inner + 1) + 1)
 
 
