@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import fallback
+from gpubackend.gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from gpubackend.graph import Graph, Node
 from gpubackend.paths.base import RunStats
 from gpubackend.paths.gles2._canary import reference
-from gpubackend.paths.gles3.kernels import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 
 ROOT = FsPath(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

@@ -10,6 +10,7 @@ programs, ``glDrawArrays`` and ``glReadPixels`` (RGBA / UNSIGNED_BYTE)."""
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from typing import Any
 
@@ -163,9 +164,16 @@ class Gles2Segment(Segment):
                 step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
             for unit, tex in enumerate(step.inputs):
                 tex.use(location=unit)
+            if stats.profile:  # per-node seconds: host clock between glFinish calls
+                ctx.finish()
+                t0 = time.perf_counter()
             rt.dev.dispatched()
             step.vao.render(moderngl.TRIANGLES, vertices=3)
             stats.dispatches += 1
+            if stats.profile:
+                ctx.finish()
+                name = step.node.name
+                stats.node_seconds[name] = stats.node_seconds.get(name, 0.0) + time.perf_counter() - t0
         out = {}
         for name in self.outputs:
             lay = self.layouts[name]

@@ -16,9 +16,8 @@ import numpy as np
 
 import shaders
 
-from ...gl.device import activation_defines
+from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET, activation_defines
 from ...graph import Graph, Node
-from ..gles3.kernels import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from .layout import Layout, LayoutError, dims4
 
 UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration

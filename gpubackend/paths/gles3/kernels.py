@@ -15,17 +15,12 @@ import numpy as np
 
 import shaders
 
-from ...gl.device import activation_defines
+from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET, activation_defines
 from ...graph import Graph, Node
 from .layout import TexLayout, plan_layout, to4d
 
 GLSL_VERSION = "300 es"
 MAX_LOOP = 1 << 16  # refuse shaders whose per-fragment loop would be absurdly long
-# llvmpipe (gallivm) ends all loops of a shader invocation after 65535 back-edges in total
-# (LP_MAX_TGSI_LOOP_ITERATIONS, one counter over every loop, nested or not) and silently skips
-# the remaining iterations: a kernel must keep each fragment's total loop count below it.
-LLVMPIPE_LOOP_LIMIT = 65535
-LOOP_BUDGET = 60000
 UNROLL_MATVECS = 40  # conv: largest fully unrolled body (4x4 matrix-vector products); llvmpipe JIT time grows fast
 
 

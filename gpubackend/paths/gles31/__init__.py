@@ -258,7 +258,11 @@ class Gles31Segment(Segment):
             stats.upload(data.nbytes)
         g = self.gl
         barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
+        profile = stats.profile  # per-node seconds: host clock between glFinish calls
         for d in self.dispatches:
+            if profile:
+                g.glFinish()
+                t0 = time.perf_counter()
             self.device.dispatched()
             g.use_program(d.program)
             for i, glo in enumerate(d.buffers):
@@ -267,6 +271,9 @@ class Gles31Segment(Segment):
             g.dispatch_compute(*d.groups)
             g.memory_barrier(barrier)
             stats.dispatches += 1
+            if profile:
+                g.glFinish()
+                stats.node_seconds[d.node] = stats.node_seconds.get(d.node, 0.0) + time.perf_counter() - t0
         out = {}
         dtype = np.float16 if prec == "fp16" else np.float32
         for name in self.outputs:
