@@ -69,7 +69,8 @@ class GpuBackend(Backend):
         opset = kwargs.pop("opset_version", 17)
         opsets = [onnx.helper.make_opsetid("", opset)]
         # Output types come from shape inference on the output-less graph.
-        probe = onnx.helper.make_model(onnx.helper.make_graph([node], "run_node", graph_inputs, []), opset_imports=opsets)
+        bare = onnx.helper.make_graph([node], "run_node", graph_inputs, [])
+        probe = onnx.helper.make_model(bare, opset_imports=opsets)
         try:
             inferred = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(probe).graph.value_info}
         except Exception:
