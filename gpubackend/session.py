@@ -88,6 +88,19 @@ class Session:
             self._report = probe()
         return self._report
 
+    def _measured_choice(self, report: Any) -> tuple[str, str] | None:
+        """The fastest verified path recorded for this model on this driver by
+        ``gpubackend bench --record``, if any (reads a cache file; never benchmarks)."""
+        from .bench.choice import measured_choice, measurements_file
+
+        if not measurements_file().is_file():
+            return None
+        try:
+            return measured_choice(self._proto, report, self.precision)
+        except Exception as exc:  # a damaged measurement file must not stop the session
+            log.warning("ignoring the recorded path measurements: %s", exc)
+            return None
+
     def _usable(self, key: str) -> tuple[bool, str]:
         if key == "cpu":
             return True, ""
@@ -114,10 +127,14 @@ class Session:
                     chosen = report.usable_paths()[0]
                     self._notes.append(f"auto: {chosen} is the best verified path "
                                        "(GPUBACKEND_PREFER_SOFTWARE=1 lets software drivers count)")
+                elif (measured := self._measured_choice(report)) is not None:
+                    chosen, why = measured
+                    self._notes.append(f"auto: {why}")
                 else:
                     chosen = report.preferred_path
                     self._notes.append(f"auto: the probe prefers {chosen}"
-                                       + (" (software GPU drivers are not preferred over the CPU)"
+                                       + (" (software GPU drivers are not preferred over the CPU;"
+                                          " `gpubackend bench --record` can measure them)"
                                           if chosen == "cpu" else ""))
                 skipped = [f"{k}: {report.paths[k].reason}" for k in GPU_PATH_KEYS[:GPU_PATH_KEYS.index(chosen)]
                            if chosen in GPU_PATH_KEYS and k in report.paths and not report.usable(k)]
