@@ -15,7 +15,10 @@ COMMANDS = ("run", "probe", "bench", "conformance")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpubackend", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="gpubackend",
+        description="Run ONNX models on GL ES 2.0/3.0/3.1, Vulkan or the CPU; probe, benchmark and check drivers.",
+        epilog="Each command has its own --help. The demo is the separate command gpubackend-demo.")
     parser.add_argument("--version", action="version", version=f"gpubackend {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the runtime decides")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
