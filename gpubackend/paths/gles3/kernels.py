@@ -813,6 +813,8 @@ _ALIAS_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout
 def alias(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if node.op_type == "Dropout" and len([o for o in node.outputs if o]) > 1:
         return "Dropout mask output not supported"
+    if any(i and i not in graph.constants for i in node.inputs[1:]):
+        return f"{node.op_type}'s shape/axes input arrives at run time"
     xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
     if xs is None or ys is None:
         return "shape not static"
