@@ -88,7 +88,28 @@ class FrameSource:
         """Release the device or file."""
 
 
-class CameraSource(FrameSource):
+class _CaptureSource(FrameSource):
+    """An OpenCV ``VideoCapture`` (webcam or video file); the first frame is read at opening to
+    prove the source works, and handed out by the first ``read``."""
+
+    cap: Any
+    _first: np.ndarray | None = None
+
+    def _grab(self) -> np.ndarray | None:
+        ok, bgr = self.cap.read()
+        if not ok or bgr is None:
+            return None
+        return fit_cover(_to_rgb(bgr)[:, :, ::-1], self.width, self.height)
+
+    def _take_first(self) -> np.ndarray | None:
+        frame, self._first = self._first, None
+        return frame
+
+    def close(self) -> None:
+        self.cap.release()
+
+
+class CameraSource(_CaptureSource):
     live = True
 
     def __init__(self, index: int, width: int, height: int) -> None:
@@ -110,23 +131,13 @@ class CameraSource(FrameSource):
             self.cap.release()
             raise SourceError(f"webcam {index} opened but delivers no frames")
 
-    def _grab(self) -> np.ndarray | None:
-        ok, bgr = self.cap.read()
-        if not ok or bgr is None:
-            return None
-        return fit_cover(_to_rgb(bgr)[:, :, ::-1], self.width, self.height)
-
     def read(self) -> np.ndarray | None:
         if self._first is not None:
-            frame, self._first = self._first, None
-            return frame
+            return self._take_first()
         return self._grab()
 
-    def close(self) -> None:
-        self.cap.release()
 
-
-class VideoSource(FrameSource):
+class VideoSource(_CaptureSource):
     def __init__(self, path: Path, width: int, height: int, loop: bool = False) -> None:
         super().__init__(width, height)
         cv2 = _cv2()
@@ -145,24 +156,14 @@ class VideoSource(FrameSource):
             self.cap.release()
             raise SourceError(f"cannot read video file {path}: it has no decodable frames")
 
-    def _grab(self) -> np.ndarray | None:
-        ok, bgr = self.cap.read()
-        if not ok or bgr is None:
-            return None
-        return fit_cover(_to_rgb(bgr)[:, :, ::-1], self.width, self.height)
-
     def read(self) -> np.ndarray | None:
         if self._first is not None:
-            frame, self._first = self._first, None
-            return frame
+            return self._take_first()
         frame = self._grab()
         if frame is None and self.loop:
             self.cap.set(_cv2().CAP_PROP_POS_FRAMES, 0)
             frame = self._grab()
         return frame
-
-    def close(self) -> None:
-        self.cap.release()
 
 
 class ImageSource(FrameSource):
