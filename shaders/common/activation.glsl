@@ -16,7 +16,7 @@ vec4 activate(vec4 x) {
 #if ACT == 1
     return max(x, vec4(0.0));
 #elif ACT == 2
-    return clamp(x, vec4(ACT_P0), vec4(ACT_P1));
+    return min(max(x, vec4(ACT_P0)), vec4(ACT_P1));  // not clamp(): defined (= max) when min > max, as ONNX's np.clip
 #elif ACT == 3
     return mix(x * ACT_P0, x, step(vec4(0.0), x));
 #elif ACT == 4
