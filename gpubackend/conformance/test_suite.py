@@ -70,8 +70,8 @@ def test_conformance(target: Target, case: Case, created_paths: dict[str, Any]) 
         except Exception as exc:  # noqa: BLE001
             path = f"cannot create the path: {type(exc).__name__}: {exc}"
         created_paths[target.label] = path
-    if isinstance(path, str):
-        pytest.skip(path)
+    if isinstance(path, str):  # the probe found the path available: failing to create it is a failure
+        pytest.fail(f"{target.label}: {path}")
     res = run_case(case, path, target.precision)
     if res.status == "unsupported":
         pytest.skip(res.reason)

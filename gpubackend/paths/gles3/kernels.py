@@ -360,21 +360,29 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
                   uniforms={} if lim.baked else consts, flops=flops)
 
 
-def conv(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+def _conv_operands(node: Node, graph: Graph, what: str):
+    """Constant weights and bias, static shapes, kernel size, strides and dilations of a 2-D
+    Conv / ConvTranspose, or the reason this path cannot take it."""
     w = _const(graph, node, 1)
     if w is None:
         return "weights are not constant"
     if w.ndim != 4:
-        return f"{w.ndim - 2}-D convolution (only 2-D)"
+        return f"{w.ndim - 2}-D {what} (only 2-D)"
     bias = _const(graph, node, 2)
     if len(node.inputs) > 2 and node.inputs[2] and bias is None:
         return "bias is not constant"
     xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
     if xs is None or ys is None:
         return "shape not static"
-    kh, kw = int(w.shape[2]), int(w.shape[3])
-    s = _ints(node, "strides", [1, 1])
-    d = _ints(node, "dilations", [1, 1])
+    return (w, bias, xs, ys, int(w.shape[2]), int(w.shape[3]),
+            _ints(node, "strides", [1, 1]), _ints(node, "dilations", [1, 1]))
+
+
+def conv(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    ops = _conv_operands(node, graph, "convolution")
+    if isinstance(ops, str):
+        return ops
+    w, bias, xs, ys, kh, kw, s, d = ops
     pads = _pads_2d(node, (xs[2], xs[3]), (ys[2], ys[3]), [kh, kw], s, d)
     if isinstance(pads, str):
         return pads
@@ -385,20 +393,10 @@ def conv(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 
 
 def conv_transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    w = _const(graph, node, 1)
-    if w is None:
-        return "weights are not constant"
-    if w.ndim != 4:
-        return f"{w.ndim - 2}-D ConvTranspose (only 2-D)"
-    bias = _const(graph, node, 2)
-    if len(node.inputs) > 2 and node.inputs[2] and bias is None:
-        return "bias is not constant"
-    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
-    if xs is None or ys is None:
-        return "shape not static"
-    kh, kw = int(w.shape[2]), int(w.shape[3])
-    s = _ints(node, "strides", [1, 1])
-    d = _ints(node, "dilations", [1, 1])
+    ops = _conv_operands(node, graph, "ConvTranspose")
+    if isinstance(ops, str):
+        return ops
+    w, bias, xs, ys, kh, kw, s, d = ops
     auto = _str(node, "auto_pad", "NOTSET")
     if "pads" in node.attrs and auto == "NOTSET":
         pads = _ints(node, "pads", [0, 0, 0, 0])
@@ -406,7 +404,7 @@ def conv_transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         opad = _ints(node, "output_padding", [0, 0])
         pads = []
         for i in range(2):
-            total = s[i] * (xs[2 + i] - 1) + opad[i] + (( [kh, kw][i] - 1) * d[i] + 1) - ys[2 + i]
+            total = s[i] * (xs[2 + i] - 1) + opad[i] + (([kh, kw][i] - 1) * d[i] + 1) - ys[2 + i]
             pads.append(total - total // 2 if auto != "SAME_UPPER" else total // 2)
     act = node.attrs.get("_act")
     return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, s, d, pads[:2],
