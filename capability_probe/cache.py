@@ -170,30 +170,92 @@ def report_file(key: str) -> Path:
     return cache_dir() / f"probe-{key}.json"
 
 
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) private to this user (0700). Raises OSError when it cannot."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _digest(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _canonical(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, default=str).encode()
+
+
+def report_problem(key: str, entry: Any) -> str | None:
+    """Why a cached probe entry cannot be trusted, or None. Checks that the entry names ``key``,
+    that its content hash matches, and that every probed path's verdict has the right types
+    (a hand-edited ``verified: "yes"`` or ``jobs: {}`` must not silently change the verdict)."""
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return "entry does not carry this key"
+    report = entry.get("report")
+    if not isinstance(report, dict):
+        return "no report"
+    if entry.get("sha256") != _digest(_canonical(report)):
+        return "content hash does not match"
+    jobs = report.get("jobs")
+    if not isinstance(jobs, dict):
+        return "jobs is not a mapping"
+    disabled = report.get("disabled", [])
+    if not isinstance(disabled, list):
+        return "disabled is not a list"
+    from .report import GPU_PATH_KEYS
+
+    for p in GPU_PATH_KEYS:
+        if p in disabled:
+            continue
+        j = jobs.get(p)
+        if not isinstance(j, dict):
+            return f"no verdict for {p}"
+        for field in ("available", "verified", "software"):
+            if field in j and not isinstance(j[field], bool):
+                return f"{p}.{field} is not a boolean"
+        if not isinstance(j.get("reason", ""), str):
+            return f"{p}.reason is not a string"
+        err = j.get("canary_error")
+        if err is not None and (isinstance(err, bool) or not isinstance(err, (int, float))):
+            return f"{p}.canary_error is not a number"
+        kernels = j.get("disabled_kernels", [])
+        if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
+            return f"{p}.disabled_kernels is not a list of names"
+    for name, j in jobs.items():
+        if not isinstance(j, dict):
+            return f"job {name!r} is not a mapping"
+    return None
+
+
 def load(key: str) -> dict[str, Any] | None:
-    """The cached raw report for ``key``, or None when missing, unreadable or corrupt."""
-    p = report_file(key)
+    """The cached raw report for ``key``, or None when missing, unreadable, tampered with or
+    malformed (the caller re-probes and rewrites it)."""
     try:
-        with open(p, encoding="utf-8") as f:
-            d = json.load(f)
-        if not isinstance(d, dict) or d.get("key") != key or not isinstance(d.get("report"), dict):
-            return None
-        if not isinstance(d["report"].get("jobs"), dict):
-            return None
-        return d["report"]
+        with open(report_file(key), encoding="utf-8") as f:
+            entry = json.load(f)
     except FileNotFoundError:
         return None
-    except Exception:  # noqa: BLE001 - corrupt: ignored, rewritten by the caller
+    except Exception:  # noqa: BLE001 - unreadable or corrupt: ignored, rewritten by the caller
         return None
+    if report_problem(key, entry) is not None:
+        return None
+    return entry["report"]
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON via a temporary file and ``os.replace`` (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write_bytes(path: Path, blob: bytes) -> None:
+    """Write ``blob`` to ``path`` through a fresh temporary file in the same directory (created
+    with O_EXCL and O_NOFOLLOW under a random name, so a planted file or symlink is never written
+    through) and ``os.replace``, so readers never see half a file."""
+    ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, default=str)
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -203,10 +265,57 @@ def atomic_write_json(path: Path, data: Any) -> None:
         raise
 
 
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, json.dumps(data, indent=1, default=str).encode())
+
+
 def store(key: str, report: dict[str, Any]) -> bool:
-    """Store a raw report; False (never an exception) when the cache dir is not writable."""
+    """Store a raw report with its key and content hash; False (never an exception) when the
+    cache dir is not writable."""
     try:
-        atomic_write_json(report_file(key), {"key": key, "report": report})
+        atomic_write_json(report_file(key), {"key": key, "sha256": _digest(_canonical(report)), "report": report})
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+_BLOB_MAGIC = b"GPUBACKEND-BLOB1\n"
+
+
+def write_blob(path: Path, key: str, payload: bytes) -> bool:
+    """Store ``payload`` under ``path`` with ``key`` and its SHA-256 inside the file, so a file
+    copied or renamed onto another entry's name is recognised as foreign by :func:`read_blob`.
+    False (never an exception) when the cache cannot be written."""
+    header = json.dumps({"key": key, "sha256": _digest(payload), "size": len(payload)}).encode()
+    try:
+        atomic_write_bytes(path, _BLOB_MAGIC + header + b"\n" + payload)
         return True
     except OSError:
         return False
+
+
+def read_blob(path: Path, key: str) -> bytes | None:
+    """The payload stored by :func:`write_blob` under ``key``; None when the file is missing,
+    truncated, altered, or belongs to another key (such a file is removed so it is rewritten)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    payload = None
+    if data.startswith(_BLOB_MAGIC):
+        head, sep, rest = data[len(_BLOB_MAGIC):].partition(b"\n")
+        try:
+            meta = json.loads(head) if sep else None
+        except ValueError:
+            meta = None
+        if (isinstance(meta, dict) and meta.get("key") == key and meta.get("size") == len(rest)
+                and meta.get("sha256") == _digest(rest)):
+            payload = rest
+    if payload is None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    return payload

@@ -49,14 +49,27 @@ def verdicts_file() -> Path:
     return cache_dir() / FILE_NAME
 
 
+def _valid_driver(rec: Any) -> bool:
+    if not isinstance(rec, dict) or not isinstance(rec.get("paths", {}), dict):
+        return False
+    for entry in rec.get("paths", {}).values():
+        kernels = entry.get("failed_kernels") if isinstance(entry, dict) else None
+        if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
+            return False
+    return True
+
+
 def load() -> dict[str, Any]:
-    """The stored verdicts ({} when missing or corrupt)."""
+    """The stored verdicts; missing, corrupt or malformed parts are dropped (never raises)."""
     try:
         with open(verdicts_file(), encoding="utf-8") as f:
             d = json.load(f)
-        return d if isinstance(d, dict) and isinstance(d.get("drivers"), dict) else {"drivers": {}}
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return {"drivers": {}}
+    drivers = d.get("drivers") if isinstance(d, dict) else None
+    if not isinstance(drivers, dict):
+        return {"drivers": {}}
+    return {**d, "drivers": {k: v for k, v in drivers.items() if _valid_driver(v)}}
 
 
 def write_kernel_verdicts(path: str, failed_kernels: list[str], report_meta: Any) -> Path:

@@ -18,14 +18,13 @@ as is Transpose; rank > 4 is declined (the planner puts those on the CPU)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path as FsPath
 from typing import Any
 
 import numpy as np
 
-from capability_probe import faults
+from capability_probe import cache, faults
 
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
@@ -50,10 +49,7 @@ class ProgramCache:
             self.binary_note = "the driver offers no GL_PROGRAM_BINARY_FORMATS: program binaries are not persisted"
             return
         try:
-            from capability_probe.cache import cache_dir
-
-            self.dir = cache_dir() / "programs" / self.gl.fingerprint()
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir = cache.ensure_dir(cache.cache_dir() / "programs" / self.gl.fingerprint())
         except OSError as exc:
             self.dir = None
             self.binary_note = f"program binary cache unavailable: {exc}"
@@ -62,11 +58,11 @@ class ProgramCache:
         prog = self.programs.get(src)
         if prog is not None:
             return prog
-        digest = hashlib.sha256(src.encode()).hexdigest()[:32]
-        path = self.dir / f"{digest}.bin" if self.dir is not None else None
-        if path is not None and path.is_file():
+        digest = hashlib.sha256(src.encode()).hexdigest()
+        path = self.dir / f"{digest[:32]}.bin" if self.dir is not None else None
+        data = cache.read_blob(path, digest) if path is not None else None
+        if data is not None:
             faults.on_compile(KEY, "compute")
-            data = path.read_bytes()
             if len(data) > 4:
                 loaded = self.gl.load_binary(int.from_bytes(data[:4], "little"), data[4:])
                 if loaded is not None:
@@ -78,10 +74,7 @@ class ProgramCache:
         self.stats["compiled"] += 1
         if path is not None:
             got = self.gl.get_binary(prog)
-            if got is not None:
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_bytes(got[0].to_bytes(4, "little") + got[1])
-                os.replace(tmp, path)
+            if got is not None and cache.write_blob(path, digest, got[0].to_bytes(4, "little") + got[1]):
                 self.stats["binary_saved"] += 1
         self.programs[src] = prog
         return prog
