@@ -62,9 +62,9 @@ def test_tampered_probe_entry_is_reprobed_and_rewritten(tmp_cache: Path) -> None
     lambda r: r["jobs"]["gles2"].__setitem__("canary_error", "small"),
 ])
 def test_malformed_probe_entries_are_not_trusted(tmp_cache: Path, edit) -> None:
-    report = {"jobs": {p: {"available": True, "verified": True, "software": True, "reason": "ok",
-                           "canary_error": 1e-7, "disabled_kernels": []} for p in ("vulkan", "gles31", "gles3", "gles2")},
-              "disabled": []}
+    verdict = {"available": True, "verified": True, "software": True, "reason": "ok", "canary_error": 1e-7,
+               "disabled_kernels": []}
+    report = {"jobs": {p: dict(verdict) for p in ("vulkan", "gles31", "gles3", "gles2")}, "disabled": []}
     assert cache.store("k", report)
     assert cache.load("k") == report
     edit(report)
