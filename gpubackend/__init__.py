@@ -14,6 +14,7 @@ from .errors import (
     PathUnavailableError,
     UnsupportedOperatorError,
 )
+from .options import SessionOptions
 from .session import Session
 
 __version__ = "0.1.0"
@@ -26,5 +27,5 @@ def probe(refresh: bool = False) -> Any:
     return _probe(refresh=refresh)
 
 
-__all__ = ["Session", "probe", "GpuBackendError", "ModelError", "UnsupportedOperatorError", "InputError",
-           "PathUnavailableError", "DeviceError", "OptionError", "__version__"]
+__all__ = ["Session", "SessionOptions", "probe", "GpuBackendError", "ModelError", "UnsupportedOperatorError",
+           "InputError", "PathUnavailableError", "DeviceError", "OptionError", "__version__"]

@@ -16,13 +16,13 @@ import numpy as np
 from .errors import DeviceError, GpuBackendError, InputError, OptionError, PathUnavailableError
 from .graph import Graph, Node
 from .model import ModelLike, load_model, to_graph
+from .options import SessionOptions, override_free_dimensions
 from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path
 from .paths.base import Path, RunStats, Segment
 from .planner import Plan, place, segment_io
 
 log = logging.getLogger("gpubackend")
 
-PRECISIONS = ("fp32", "fp16")
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -48,25 +48,40 @@ class Session:
     or one of "cpu", "gles2", "gles3", "gles31", "vulkan". ``precision``: "fp32" or "fp16"
     (GPU storage precision; the CPU path always computes in fp32). ``fallback``: nodes the path
     cannot run (or that fail at run time) go to the CPU path; with False they raise instead.
+    ``options``: a :class:`SessionOptions` with every other knob; keyword arguments given
+    explicitly replace its fields.
 
     GPU contexts belong to the thread that created them: run a session in the thread that
     created it (a run from another thread raises GpuBackendError)."""
 
-    def __init__(self, model: ModelLike, path: str = "auto", precision: str = "fp32", fallback: bool = True):
+    def __init__(self, model: ModelLike, path: str | None = None, precision: str | None = None,
+                 fallback: bool | None = None, *, options: SessionOptions | None = None):
         t0 = time.perf_counter()
-        if precision not in PRECISIONS:
-            raise OptionError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-        if path != "auto" and path not in PATH_KEYS:
-            raise OptionError(f"path must be 'auto' or one of {', '.join(PATH_KEYS)}, not {path!r}")
-        self.requested_path = path
-        self.precision = precision
-        self.fallback = bool(fallback)
+        if options is not None and not isinstance(options, SessionOptions):
+            raise OptionError(f"options must be a gpubackend.SessionOptions, not {type(options).__name__}")
+        given = {k: v for k, v in (("path", path), ("precision", precision), ("fallback", fallback))
+                 if v is not None}
+        if "fallback" in given:
+            given["fallback"] = bool(given["fallback"])
+        if "path" in given and options is not None and options.providers is not None:
+            given["providers"] = None  # an explicit path replaces the options' provider list
+        self.options = (options or SessionOptions()).with_keywords(**given).resolved()
+        opts = self.options
+        self.requested_path = "auto" if opts.providers is None and opts.path == "auto" else (
+            opts.path if opts.providers is None else ",".join(opts.providers))
+        self.precision = opts.precision
+        self.fallback = opts.fallback
+        if opts.blas_threads is not None:
+            from fallback import set_blas_threads
+
+            set_blas_threads(opts.blas_threads)
         self._owner = threading.get_ident()
-        self._proto = load_model(model)
+        self._proto = override_free_dimensions(load_model(model), opts.free_dimension_overrides)
         self._base_graph = to_graph(self._proto)
         self._notes: list[str] = []
         self._report: Any = None
-        self.path = self._choose_path(path)
+        self._preference: list[str] = []  # GPU paths after self.path that nodes may also use
+        self.path = self._choose_path()
         self._paths: dict[str, Path] = {}
         self._broken: set[str] = set()
         self._variants: dict[tuple, _Variant] = {}
@@ -104,6 +119,8 @@ class Session:
     def _usable(self, key: str) -> tuple[bool, str]:
         if key == "cpu":
             return True, ""
+        if key in self.options.disabled_paths:
+            return False, "disabled by the session options (disabled_paths / GPUBACKEND_DISABLE)"
         try:
             report = self._probe()
         except Exception as exc:  # a broken probe must not take the session down
@@ -113,64 +130,78 @@ class Session:
             return False, "not reported by the probe"
         return bool(report.usable(key)), verdict.reason
 
-    def _choose_path(self, path: str) -> str:
-        if path == "auto" and os.environ.get("GPUBACKEND_PATH"):
-            forced = os.environ["GPUBACKEND_PATH"].strip()
-            if forced != "auto" and forced not in PATH_KEYS:
-                raise OptionError(f"GPUBACKEND_PATH={forced!r} is not one of {', '.join(PATH_KEYS)}")
-            self._notes.append(f"GPUBACKEND_PATH={forced} forced the path")
-            path = forced
-        if path == "auto":
-            try:
-                report = self._probe()
-                if os.environ.get("GPUBACKEND_PREFER_SOFTWARE") == "1":
-                    chosen = report.usable_paths()[0]
-                    self._notes.append(f"auto: {chosen} is the best verified path "
-                                       "(GPUBACKEND_PREFER_SOFTWARE=1 lets software drivers count)")
-                elif (measured := self._measured_choice(report)) is not None:
-                    chosen, why = measured
-                    self._notes.append(f"auto: {why}")
-                else:
-                    chosen = report.preferred_path
-                    self._notes.append(f"auto: the probe prefers {chosen}"
-                                       + (" (software GPU drivers are not preferred over the CPU;"
-                                          " `gpubackend bench --record` can measure them)"
-                                          if chosen == "cpu" else ""))
-                skipped = [f"{k}: {report.paths[k].reason}" for k in GPU_PATH_KEYS[:GPU_PATH_KEYS.index(chosen)]
-                           if chosen in GPU_PATH_KEYS and k in report.paths and not report.usable(k)]
-                self._notes += [f"auto: skipped {s}" for s in skipped]
-            except Exception as exc:
-                chosen = "cpu"
-                self._notes.append(f"auto: the capability probe failed ({exc}); using cpu")
-            return chosen
-        if path == "cpu":
-            return "cpu"
-        from .paths import path_module
+    def _choose_path(self) -> str:
+        preference = self.options.path_preference()
+        if preference is None:
+            return self._auto_path()
+        if self.options.providers is None and os.environ.get("GPUBACKEND_PATH", "").strip() == preference[0]:
+            self._notes.append(f"GPUBACKEND_PATH={preference[0]} forced the path")
+        usable = []
+        for key in preference:
+            if key == "cpu":
+                usable.append(key)
+                continue
+            from .paths import path_module
 
-        path_module(path)  # raises PathUnavailableError if this path is not built
-        ok, why = self._usable(path)
-        if ok:
-            self._notes.append(f"{path} requested and verified by the probe")
-            return path
-        msg = f"the {path} path is not usable on this device: {why}"
-        if not self.fallback:
-            raise PathUnavailableError(msg)
-        log.warning("%s; running on cpu", msg)
-        self._notes.append(msg + "; running on cpu")
-        return "cpu"
+            path_module(key)  # raises PathUnavailableError if this path is not built
+            ok, why = self._usable(key)
+            if ok:
+                self._notes.append(f"{key} requested and verified by the probe")
+                usable.append(key)
+                continue
+            msg = f"the {key} path is not usable on this device: {why}"
+            if not self.fallback and len(preference) == 1:
+                raise PathUnavailableError(msg)
+            log.warning("%s; %s", msg, "trying the next provider" if len(preference) > 1 else "running on cpu")
+            self._notes.append(msg + ("; trying the next provider" if len(preference) > 1 else "; running on cpu"))
+        if not usable:
+            if not self.fallback:
+                raise PathUnavailableError(f"none of the providers {preference} is usable on this device")
+            usable = ["cpu"]
+        self._preference = usable[1:]
+        return usable[0]
+
+    def _auto_path(self) -> str:
+        try:
+            report = self._probe()
+            if self.options.prefer_software:
+                chosen = next(k for k in report.usable_paths() if k not in self.options.disabled_paths)
+                self._notes.append(f"auto: {chosen} is the best verified path "
+                                   "(prefer_software / GPUBACKEND_PREFER_SOFTWARE=1 lets software drivers count)")
+            elif (measured := self._measured_choice(report)) is not None:
+                chosen, why = measured
+                self._notes.append(f"auto: {why}")
+            else:
+                chosen = report.preferred_path
+                self._notes.append(f"auto: the probe prefers {chosen}"
+                                   + (" (software GPU drivers are not preferred over the CPU;"
+                                      " `gpubackend bench --record` can measure them)"
+                                      if chosen == "cpu" else ""))
+            if chosen in self.options.disabled_paths:
+                self._notes.append(f"auto: {chosen} is disabled by the session options; using cpu")
+                chosen = "cpu"
+            skipped = [f"{k}: {report.paths[k].reason}" for k in GPU_PATH_KEYS[:GPU_PATH_KEYS.index(chosen)]
+                       if chosen in GPU_PATH_KEYS and k in report.paths and not report.usable(k)]
+            self._notes += [f"auto: skipped {s}" for s in skipped]
+        except Exception as exc:
+            chosen = "cpu"
+            self._notes.append(f"auto: the capability probe failed ({exc}); using cpu")
+        return chosen
 
     def _path(self, key: str) -> Path:
         if key not in self._paths:
             disabled: frozenset[str] = frozenset()
             if key != "cpu" and self._report is not None and key in self._report.paths:
                 disabled = frozenset(self._report.paths[key].disabled_kernels)
-            self._paths[key] = create_path(key, self.precision, disabled)
+            self._paths[key] = create_path(key, self.precision, disabled, self.options)
         return self._paths[key]
 
     def _candidates(self) -> list[Path]:
-        keys = [self.path] if self.path not in self._broken else []
+        """The paths a node may run on, best first."""
+        keys = [k for k in [self.path, *self._preference] if k not in self._broken]
         if self.fallback:
-            if not keys:  # the chosen path broke at run time: next usable path, then cpu
+            if not any(k != "cpu" for k in keys) and self.path != "cpu":
+                # every requested GPU path broke at run time: the next usable path, then cpu
                 start = PATH_KEYS.index(self.path) + 1
                 keys = [k for k in GPU_PATH_KEYS[start:] if k not in self._broken and self._usable(k)[0]][:1]
             if "cpu" not in keys:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import PathUnavailableError
 from .base import Path, RunStats, Segment
+
+if TYPE_CHECKING:
+    from ..options import SessionOptions
 
 PATH_KEYS = ("vulkan", "gles31", "gles3", "gles2", "cpu")
 GPU_PATH_KEYS = PATH_KEYS[:-1]
@@ -24,9 +28,17 @@ def path_module(key: str):
         raise
 
 
-def create_path(key: str, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> Path:
+def create_path(key: str, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
+                options: SessionOptions | None = None) -> Path:
+    """A path object; ``options`` (resolved) carries the path-specific knobs."""
     module = path_module(key)
-    path = module.create(precision=precision, disabled_kernels=disabled_kernels)
+    if key == "gles3" and options is not None and options.gles3_render_targets is not None:
+        path = module.create(precision=precision, disabled_kernels=disabled_kernels,
+                             targets=options.gles3_render_targets)
+    else:
+        path = module.create(precision=precision, disabled_kernels=disabled_kernels)
+    if key == "vulkan" and options is not None:
+        path.record_once = options.vulkan_record_once
     if key != "cpu" and os.environ.get("GPUBACKEND_FAULT"):  # test-only: kernel-filtered faults
         from capability_probe import faults
 

@@ -100,8 +100,9 @@ class Gles3Path(Path):
         return Gles3Segment(self.dev, self.limits, self.dtype, kernels, nodes, graph, inputs, outputs)
 
 
-def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> Gles3Path:
-    return Gles3Path(precision, disabled_kernels)
+def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
+           targets: int | None = None) -> Gles3Path:
+    return Gles3Path(precision, disabled_kernels, targets=targets or DEFAULT_TARGETS)
 
 
 def kernel_name(node: Node, graph: Graph) -> str | None:

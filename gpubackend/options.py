@@ -1,0 +1,246 @@
+"""Session options: every knob a session reads, in one object.
+
+:class:`SessionOptions` holds the native options (path preference, precision, fallback, CPU
+engine, free-dimension overrides) and the tuning knobs that used to exist only as environment
+variables. The environment still wins where a variable is set (``GPUBACKEND_PATH`` only when the
+path is "auto"), so a deployment can override an application's choice without editing it:
+:meth:`SessionOptions.resolved` applies it. The onnxruntime-compatible fields
+(``intra_op_num_threads``, ``graph_optimization_level``, ...) live on the same class so that
+``gpubackend.SessionOptions`` can stand in for ``onnxruntime.SessionOptions``; the docstring of
+each says whether it is honoured or why it is ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import onnx
+
+from .errors import OptionError
+from .paths import GPU_PATH_KEYS, PATH_KEYS
+
+PRECISIONS = ("fp32", "fp16")
+CPU_ENGINES = ("auto",)  # the cpu path's engines add themselves here
+
+# Environment variables that override a field, and how their text becomes the field's value.
+ENV_PATH = "GPUBACKEND_PATH"
+ENV_PREFER_SOFTWARE = "GPUBACKEND_PREFER_SOFTWARE"
+ENV_VULKAN_RECORD = "GPUBACKEND_VULKAN_RECORD"
+ENV_GLES3_TARGETS = "GPUBACKEND_GLES3_TARGETS"
+ENV_BLAS_THREADS = "GPUBACKEND_BLAS_THREADS"
+ENV_DISABLE = "GPUBACKEND_DISABLE"
+ENV_CPU_ENGINE = "GPUBACKEND_CPU_ENGINE"
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """onnxruntime's levels, accepted for compatibility. gpubackend always folds constants and
+    fuses activations (its kernels are written for the fused graph), so every level runs the
+    same graph."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    """onnxruntime's modes, accepted for compatibility: nodes run in order either way (a GPU
+    path queues its work on one device; parallel CPU branches would compete for BLAS threads)."""
+
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+def _flag(text: str) -> bool:
+    return text.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass
+class SessionOptions:
+    """Options for :class:`gpubackend.Session` and :class:`gpubackend.InferenceSession`.
+
+    Native fields:
+
+    - ``path``: "auto" (the probe's choice) or one path key; ``GPUBACKEND_PATH`` overrides "auto".
+    - ``providers``: path keys in preference order; each node runs on the first that accepts it
+      (the CPU is appended when ``fallback`` is on). Overrides ``path`` when set.
+    - ``precision``: "fp32" or "fp16" GPU storage.
+    - ``fallback``: unsupported or failing nodes run on the CPU (False: raise instead).
+    - ``cpu_engine``: the CPU path's engine ("auto"); ``GPUBACKEND_CPU_ENGINE`` overrides it.
+    - ``free_dimension_overrides``: symbolic input dimension name -> size, fixed before planning.
+    - ``disabled_paths``: paths to treat as absent for this session (``GPUBACKEND_DISABLE``, which
+      the probe also reads, adds to them).
+    - ``prefer_software``: let "auto" pick a verified software GPU driver (llvmpipe, lavapipe)
+      over the CPU (``GPUBACKEND_PREFER_SOFTWARE=1``).
+    - ``gles3_render_targets``: render targets per gles3 pass (None: the path's default; capped
+      by the driver's GL_MAX_DRAW_BUFFERS; ``GPUBACKEND_GLES3_TARGETS``).
+    - ``vulkan_record_once``: record each Vulkan segment's command buffer once and replay it
+      (``GPUBACKEND_VULKAN_RECORD=0`` records every run).
+    - ``blas_threads``: OpenBLAS threads for the CPU path (process-wide; ``GPUBACKEND_BLAS_THREADS``).
+
+    onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
+    ``intra_op_num_threads`` (honoured: the CPU path's BLAS threads when ``blas_threads`` is
+    unset; 0 = default), ``inter_op_num_threads``, ``execution_mode`` (ignored: nodes run in
+    order), ``graph_optimization_level`` (ignored: the graph is always folded and fused),
+    ``log_severity_level``/``log_verbosity_level``/``logid`` (ignored: gpubackend logs through
+    the ``logging`` module, logger "gpubackend"), ``enable_profiling``/``profile_file_prefix``
+    (ignored: use ``Session.run(..., profile=True)``), ``optimized_model_filepath`` (ignored: the
+    optimised graph is not an ONNX model), ``enable_cpu_mem_arena``/``enable_mem_pattern``/
+    ``enable_mem_reuse``/``use_deterministic_compute`` (ignored: gpubackend's kernels are
+    deterministic and allocate per segment).
+    """
+
+    path: str = "auto"
+    providers: Sequence[str] | None = None
+    precision: str = "fp32"
+    fallback: bool = True
+    cpu_engine: str = "auto"
+    free_dimension_overrides: dict[str, int] = field(default_factory=dict)
+    disabled_paths: frozenset[str] = frozenset()
+    prefer_software: bool = False
+    gles3_render_targets: int | None = None
+    vulkan_record_once: bool = True
+    blas_threads: int | None = None
+    # onnxruntime-compatible fields (see the class docstring)
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    execution_mode: ExecutionMode = ExecutionMode.ORT_SEQUENTIAL
+    graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    logid: str = ""
+    enable_profiling: bool = False
+    profile_file_prefix: str = "onnxruntime_profile_"
+    optimized_model_filepath: str = ""
+    enable_cpu_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    enable_mem_reuse: bool = True
+    use_deterministic_compute: bool = False
+    config_entries: dict[str, str] = field(default_factory=dict)
+
+    # ---- onnxruntime's methods --------------------------------------------------------
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dimension ``dim_name`` of the model's inputs to ``dim_value``."""
+        self.free_dimension_overrides[str(dim_name)] = int(dim_value)
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        """Stored for :meth:`get_session_config_entry`; gpubackend reads none of onnxruntime's keys."""
+        self.config_entries[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self.config_entries:
+            raise OptionError(f"session config entry {key!r} is not set")
+        return self.config_entries[key]
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        raise OptionError("gpubackend cannot load onnxruntime custom-op libraries "
+                          f"({library_path!r}): its kernels are shaders generated per path")
+
+    # ---- checking and resolving -------------------------------------------------------
+    def copy(self) -> SessionOptions:
+        return copy.deepcopy(self)
+
+    def validate(self) -> None:
+        """Raise OptionError naming the first field whose value is not allowed."""
+        if self.path != "auto" and self.path not in PATH_KEYS:
+            raise OptionError(f"path must be 'auto' or one of {', '.join(PATH_KEYS)}, not {self.path!r}")
+        if self.providers is not None:
+            if isinstance(self.providers, str) or not self.providers:
+                raise OptionError(f"providers must be a non-empty list of path keys, not {self.providers!r}")
+            bad = [p for p in self.providers if p not in PATH_KEYS]
+            if bad:
+                raise OptionError(f"providers {bad} are not path keys ({', '.join(PATH_KEYS)})")
+        if self.precision not in PRECISIONS:
+            raise OptionError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
+        if self.cpu_engine not in CPU_ENGINES:
+            raise OptionError(f"cpu_engine must be one of {CPU_ENGINES}, not {self.cpu_engine!r}")
+        bad = [p for p in self.disabled_paths if p not in PATH_KEYS or p == "cpu"]
+        if bad:
+            raise OptionError(f"disabled_paths {sorted(bad)} are not GPU path keys")
+        for name, value in self.free_dimension_overrides.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OptionError(f"free dimension override {name!r} must be a positive int, not {value!r}")
+        if self.gles3_render_targets is not None and not 1 <= self.gles3_render_targets <= 8:
+            raise OptionError(f"gles3_render_targets must be 1..8, not {self.gles3_render_targets!r}")
+        for name in ("blas_threads",):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise OptionError(f"{name} must be a positive int or None, not {value!r}")
+        if not isinstance(self.intra_op_num_threads, int) or self.intra_op_num_threads < 0:
+            raise OptionError(f"intra_op_num_threads must be an int >= 0, not {self.intra_op_num_threads!r}")
+
+    def resolved(self, environ: Mapping[str, str] | None = None) -> SessionOptions:
+        """A validated copy with the environment's overrides applied."""
+        env = os.environ if environ is None else environ
+        out = self.copy()
+        if out.path == "auto" and out.providers is None and env.get(ENV_PATH, "").strip():
+            forced = env[ENV_PATH].strip()
+            if forced != "auto" and forced not in PATH_KEYS:
+                raise OptionError(f"{ENV_PATH}={forced!r} is not one of {', '.join(PATH_KEYS)}")
+            out.path = forced
+        if env.get(ENV_PREFER_SOFTWARE, "").strip():
+            out.prefer_software = _flag(env[ENV_PREFER_SOFTWARE])
+        if env.get(ENV_VULKAN_RECORD, "").strip():
+            out.vulkan_record_once = _flag(env[ENV_VULKAN_RECORD])
+        if env.get(ENV_GLES3_TARGETS, "").strip():
+            out.gles3_render_targets = _env_int(env, ENV_GLES3_TARGETS)
+        if env.get(ENV_BLAS_THREADS, "").strip():
+            out.blas_threads = _env_int(env, ENV_BLAS_THREADS)
+        if env.get(ENV_CPU_ENGINE, "").strip():
+            out.cpu_engine = env[ENV_CPU_ENGINE].strip()
+        if env.get(ENV_DISABLE, "").strip():
+            extra = {p.strip() for p in env[ENV_DISABLE].split(",") if p.strip() in GPU_PATH_KEYS}
+            out.disabled_paths = frozenset(out.disabled_paths) | extra
+        out.disabled_paths = frozenset(out.disabled_paths)
+        if out.blas_threads is None and out.intra_op_num_threads > 0:
+            out.blas_threads = out.intra_op_num_threads
+        out.validate()
+        return out
+
+    def path_preference(self) -> list[str] | None:
+        """The explicit path order (``providers``, or ``[path]``), or None for "auto"."""
+        if self.providers is not None:
+            return list(self.providers)
+        return None if self.path == "auto" else [self.path]
+
+    def with_keywords(self, **keywords: Any) -> SessionOptions:
+        """A copy with the given fields replaced (unknown names raise OptionError)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(keywords) - known)
+        if unknown:
+            raise OptionError(f"unknown session option(s) {unknown}")
+        return replace(self.copy(), **keywords)
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name].strip())
+    except ValueError as exc:
+        raise OptionError(f"{name}={env[name]!r} is not an integer") from exc
+
+
+def override_free_dimensions(proto: onnx.ModelProto, overrides: Mapping[str, int]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose graph inputs have the named symbolic dimensions fixed.
+    Raises OptionError for a name no input dimension carries (a typo would otherwise pass silently)."""
+    if not overrides:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    used: set[str] = set()
+    for value_info in out.graph.input:
+        for dim in value_info.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in overrides:
+                used.add(dim.dim_param)
+                dim.dim_value = int(overrides[dim.dim_param])
+    unused = sorted(set(overrides) - used)
+    if unused:
+        names = sorted({d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim
+                        if d.HasField("dim_param")})
+        raise OptionError(f"free dimension override(s) {unused} name no input dimension; "
+                          f"the model's symbolic dimensions are {names}")
+    return out
