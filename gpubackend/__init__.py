@@ -14,7 +14,15 @@ from .errors import (
     PathUnavailableError,
     UnsupportedOperatorError,
 )
-from .options import SessionOptions
+from .onnxruntime_api import (
+    InferenceSession,
+    ModelMetadata,
+    NodeArg,
+    RunOptions,
+    get_all_providers,
+    get_available_providers,
+)
+from .options import ExecutionMode, GraphOptimizationLevel, SessionOptions
 from .session import Session
 
 __version__ = "0.1.0"
@@ -27,5 +35,7 @@ def probe(refresh: bool = False) -> Any:
     return _probe(refresh=refresh)
 
 
-__all__ = ["Session", "SessionOptions", "probe", "GpuBackendError", "ModelError", "UnsupportedOperatorError",
-           "InputError", "PathUnavailableError", "DeviceError", "OptionError", "__version__"]
+__all__ = ["Session", "SessionOptions", "InferenceSession", "RunOptions", "NodeArg", "ModelMetadata",
+           "GraphOptimizationLevel", "ExecutionMode", "get_all_providers", "get_available_providers", "probe",
+           "GpuBackendError", "ModelError", "UnsupportedOperatorError", "InputError", "PathUnavailableError",
+           "DeviceError", "OptionError", "__version__"]

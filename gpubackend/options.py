@@ -225,18 +225,21 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
 
 
 def override_free_dimensions(proto: onnx.ModelProto, overrides: Mapping[str, int]) -> onnx.ModelProto:
-    """A copy of ``proto`` whose graph inputs have the named symbolic dimensions fixed.
+    """A copy of ``proto`` whose inputs (and outputs and value_info, which share the names) have
+    the named symbolic dimensions fixed.
     Raises OptionError for a name no input dimension carries (a typo would otherwise pass silently)."""
     if not overrides:
         return proto
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     used: set[str] = set()
-    for value_info in out.graph.input:
-        for dim in value_info.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") and dim.dim_param in overrides:
-                used.add(dim.dim_param)
-                dim.dim_value = int(overrides[dim.dim_param])
+    for kind, infos in (("input", out.graph.input), ("other", out.graph.output), ("other", out.graph.value_info)):
+        for value_info in infos:
+            for dim in value_info.type.tensor_type.shape.dim:
+                if dim.HasField("dim_param") and dim.dim_param in overrides:
+                    if kind == "input":
+                        used.add(dim.dim_param)
+                    dim.dim_value = int(overrides[dim.dim_param])
     unused = sorted(set(overrides) - used)
     if unused:
         names = sorted({d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim

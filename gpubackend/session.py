@@ -8,10 +8,11 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import onnx
 
 from .errors import DeviceError, GpuBackendError, InputError, OptionError, PathUnavailableError
 from .graph import Graph, Node
@@ -41,6 +42,35 @@ class _Variant:
     plan: Plan
     segments: list[Segment]
     last_use: dict[str, int]  # tensor -> index of the last segment reading it
+
+
+def _is_subgraph(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(isinstance(x, onnx.GraphProto) for x in value)
+    return isinstance(value, onnx.GraphProto)
+
+
+def _needed_for(graph: Graph, outputs: list[str]) -> Graph:
+    """``graph`` cut down to the nodes that ``outputs`` depend on. Graphs with subgraph
+    attributes (If, Loop, Scan) are kept whole: their bodies may read any outer tensor."""
+    if any(_is_subgraph(v) for n in graph.nodes for v in n.attrs.values()):
+        return graph
+    producers = graph.producers()
+    needed: set[str] = set()
+    stack = list(outputs)
+    keep: set[int] = set()
+    while stack:
+        name = stack.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        node = producers.get(name)
+        if node is not None and id(node) not in keep:
+            keep.add(id(node))
+            stack += [i for i in node.inputs if i]
+    nodes = [n for n in graph.nodes if id(n) in keep]
+    return replace(graph, nodes=nodes, outputs=[o for o in graph.outputs if o in outputs],
+                   fused={k: v for k, v in graph.fused.items() if any(n.name == k for n in nodes)})
 
 
 class Session:
@@ -92,8 +122,13 @@ class Session:
         self._current: _Variant | None = None
         static = {n: g.input_shapes.get(n) for n in g.inputs}
         if all(s is not None and None not in s for s in static.values()):
-            self._current = self._variant(tuple(tuple(s) for s in static.values()), static)  # type: ignore[arg-type]
+            self._current = self._variant((tuple(tuple(s) for s in static.values()), ()), static)  # type: ignore[arg-type]
         self.creation_seconds = time.perf_counter() - t0
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as loaded, with the free-dimension overrides applied."""
+        return self._proto
 
     # ---- path choice -------------------------------------------------------------------
     def _probe(self) -> Any:
@@ -209,12 +244,16 @@ class Session:
         return [self._path(k) for k in keys]
 
     # ---- planning ----------------------------------------------------------------------
-    def _variant(self, key: tuple, shapes: Mapping[str, Any]) -> _Variant:
+    def _variant(self, key: tuple, shapes: Mapping[str, Any], outputs: tuple[str, ...] = ()) -> _Variant:
+        """The graph planned and compiled for these input shapes and (when not every output is
+        wanted) only the nodes ``outputs`` need."""
         if key in self._variants:
             return self._variants[key]
         g = self._base_graph
         if any(g.input_shapes.get(n) != tuple(s) for n, s in shapes.items()):
             g = to_graph(self._proto, {n: tuple(s) for n, s in shapes.items()})
+        if outputs:
+            g = _needed_for(g, list(outputs))
         plan = place(g, g.nodes, self._candidates())
         variant = _Variant(g, plan, self._compile(g, plan.segments), {})
         self._index_last_use(variant)
@@ -264,12 +303,25 @@ class Session:
 
     def run(self, feeds: Mapping[str, Any], output_names: list[str] | None = None,
             profile: bool = False) -> list[np.ndarray]:
-        """Run the model; returns the outputs in model order (or in ``output_names`` order).
-        ``profile=True`` makes segments record per-node seconds in ``self.stats.node_seconds``
-        (synchronising after each node, so the run itself is slower)."""
+        """Run the model; returns the outputs in model order (or in ``output_names`` order, and
+        then only the nodes those outputs need run). ``profile=True`` makes segments record
+        per-node seconds in ``self.stats.node_seconds`` (synchronising after each node, so the
+        run itself is slower). Note the order: feeds first (onnxruntime's ``run(output_names,
+        feeds)`` is :class:`gpubackend.InferenceSession`)."""
+        if isinstance(output_names, Mapping) and not isinstance(feeds, Mapping):
+            raise InputError("Session.run takes (feeds, output_names) but got the output names first: that is "
+                             "onnxruntime's order run(output_names, feeds); call session.run(feeds, output_names) "
+                             "or use gpubackend.InferenceSession")
         arrays = self._check_feeds(feeds)
-        key = tuple(tuple(arrays[n].shape) for n in self.input_names)
-        variant = self._variant(key, {n: arrays[n].shape for n in self.input_names})
+        names = list(output_names) if output_names is not None else list(self.output_names)
+        if isinstance(output_names, str):
+            raise InputError(f"output_names must be a list of names, not the string {output_names!r}")
+        missing = [n for n in names if n not in self.output_names]
+        if missing:
+            raise InputError(f"unknown output name(s) {missing}; the model's outputs are {self.output_names}")
+        wanted = tuple(dict.fromkeys(names)) if set(names) != set(self.output_names) else ()
+        key = (tuple(tuple(arrays[n].shape) for n in self.input_names), wanted)
+        variant = self._variant(key, {n: arrays[n].shape for n in self.input_names}, wanted)
         self._current = variant
         if threading.get_ident() != self._owner and any(s.path != "cpu" for s in variant.segments):
             raise GpuBackendError("this session's GPU context belongs to the thread that created the session; "
@@ -289,10 +341,6 @@ class Session:
                     env.pop(name, None)
             idx += 1
         self.stats = stats
-        names = output_names or self.output_names
-        missing = [n for n in names if n not in self.output_names]
-        if missing:
-            raise InputError(f"unknown output name(s) {missing}; the model's outputs are {self.output_names}")
         consts = variant.graph.constants
         return [env[n] if n in env else np.array(consts[n]) for n in names]
 
@@ -352,6 +400,14 @@ class Session:
         if fused:
             lines.append("fused: " + ", ".join(f"{k} <- {'+'.join(v)}" for k, v in fused.items()))
         return "\n".join(lines)
+
+    @property
+    def path_order(self) -> list[str]:
+        """The paths nodes may be placed on, best first (cpu last when fallback is on)."""
+        keys = [self.path, *self._preference]
+        if self.fallback and "cpu" not in keys:
+            keys.append("cpu")
+        return keys
 
     @property
     def fallback_nodes(self) -> list[str]:
