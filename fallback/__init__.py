@@ -11,10 +11,9 @@ inputs (None for an absent optional input), ``attrs`` the decoded attributes, pl
 Outputs may be views of (or the very objects given as) inputs, e.g. for Identity, Reshape, Squeeze and
 Transpose: a caller must not modify an output in place unless it owns the buffer.
 
-Importing the package applies two process-level speed settings (see ``fallback._runtime``): glibc keeps
-freed buffers for reuse instead of unmapping them (``GPUBACKEND_MALLOC_TUNING=0`` disables), and NumPy's
-OpenBLAS runs one thread unless ``GPUBACKEND_BLAS_THREADS``, ``OPENBLAS_NUM_THREADS`` or
-``OMP_NUM_THREADS`` says otherwise.
+Importing the package changes no process-wide setting. ``blas_threads(n)`` scopes NumPy's BLAS thread
+count to a block (the CPU path wraps each run in it), and ``tune_malloc()`` is an opt-in allocator
+setting for applications that own their process (see ``fallback._runtime``).
 """
 
 from __future__ import annotations
@@ -26,14 +25,11 @@ import numpy as np
 
 from . import conv, elementwise, linalg, norm, pool, resize, tensor  # noqa: F401  (registers kernels)
 from ._registry import KERNELS, FallbackError
-from ._runtime import default_blas_threads, get_blas_threads, set_blas_threads, tune_malloc
+from ._runtime import blas_threads, get_blas_threads, tune_malloc
 from .elementwise import apply_activation
 
-__all__ = ["KERNELS", "FallbackError", "apply_activation", "default_blas_threads", "get_blas_threads", "run_node",
-           "set_blas_threads", "supported_ops", "tune_malloc"]
-
-tune_malloc()  # see its docstring: large temporaries otherwise page-fault on every call
-default_blas_threads()  # one BLAS thread unless the user chose a count; see fallback._runtime
+__all__ = ["KERNELS", "FallbackError", "apply_activation", "blas_threads", "get_blas_threads", "run_node",
+           "supported_ops", "tune_malloc"]
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 

@@ -1,92 +1,85 @@
-"""Process-level knobs that decide how fast NumPy kernels run: BLAS threads and malloc behaviour.
+"""Opt-in process-level knobs that decide how fast the NumPy kernels run: BLAS threads and malloc.
 
-On a small shared machine a multi-threaded OpenBLAS can be many times slower than one thread: its
-threads spin and wait for a core that other processes (or onnxruntime's own pool) hold. Measured
-here under load, a MobileNetV2-style model took 928 ms with NumPy's default 2 BLAS threads and 56 ms
-with one. ``default_blas_threads()`` therefore pins one thread unless the user chose otherwise
-(``GPUBACKEND_BLAS_THREADS``, or OpenBLAS's own ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``).
+Nothing here runs at import: importing ``fallback`` (or ``gpubackend``) changes no process-wide
+setting. The CPU path scopes its BLAS thread count to each run with :func:`blas_threads`
+(threadpoolctl restores the previous count afterwards), and :func:`tune_malloc` changes glibc's
+allocator only when the user calls it.
+
+Why one BLAS thread is the CPU path's default inside a run: on a small shared machine a
+multi-threaded OpenBLAS can be many times slower than one thread, its threads spinning while they
+wait for a core that other processes (or onnxruntime's pool) hold. Measured here under load, a
+MobileNetV2-style model took 928 ms with NumPy's default 2 BLAS threads and 56 ms with one.
+``SessionOptions.blas_threads`` (or ``GPUBACKEND_BLAS_THREADS``) chooses another count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-import glob
-import os
 import sys
+import threading
+from collections.abc import Iterator
 
-import numpy as np
-
-_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
-            "openblas_set_num_threads")
-_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
-            "openblas_get_num_threads")
-_lib: ctypes.CDLL | None | bool = None
+_controller = None
+_controller_lock = threading.Lock()
 
 
-def _openblas() -> ctypes.CDLL | None:
-    global _lib
-    if _lib is None:
-        _lib = False
-        base = os.path.dirname(os.path.dirname(np.__file__))
-        for pattern in ("numpy.libs/libscipy_openblas*.so*", "numpy.libs/libopenblas*.so*", "numpy/.dylibs/*openblas*"):
-            for path in glob.glob(os.path.join(base, pattern)):
-                try:
-                    _lib = ctypes.CDLL(path)
-                    break
-                except OSError:
-                    continue
-            if _lib:
-                break
-    return _lib or None
+def _threadpools():  # -> threadpoolctl.ThreadpoolController | None
+    """One controller for the process: building it scans the loaded libraries (milliseconds)."""
+    global _controller
+    with _controller_lock:
+        if _controller is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:  # optional at run time: without it BLAS threads are left alone
+                _controller = False
+            else:
+                _controller = ThreadpoolController()
+        return _controller or None
 
 
 def get_blas_threads() -> int | None:
-    """Threads NumPy's bundled OpenBLAS uses, or None when it cannot be found."""
-    lib = _openblas()
-    if lib is None:
+    """Threads NumPy's BLAS uses now, or None when threadpoolctl cannot see a BLAS library."""
+    ctl = _threadpools()
+    if ctl is None:
         return None
-    for name in _GETTERS:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            return int(fn())
-    return None
+    blas = ctl.select(user_api="blas")
+    return max((int(lib.num_threads) for lib in blas.lib_controllers), default=None)
 
 
-def set_blas_threads(n: int) -> int | None:
-    """Set NumPy's OpenBLAS thread count; returns the previous count, or None if not possible."""
-    lib = _openblas()
-    if lib is None:
-        return None
-    prev = get_blas_threads()
-    for name in _SETTERS:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn(int(max(1, n)))
-            return prev
-    return None
+@contextlib.contextmanager
+def blas_threads(n: int | None) -> Iterator[None]:
+    """Within the block NumPy's BLAS uses ``n`` threads; the previous count is restored on exit.
+    ``None`` (or no threadpoolctl) leaves BLAS alone."""
+    ctl = _threadpools() if n else None
+    if ctl is None:
+        yield
+        return
+    with ctl.limit(limits=int(n), user_api="blas"):
+        yield
 
 
 # glibc mallopt parameters
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-_malloc_tuned: bool | None = None
+_malloc_tuned = False
 
 
 def tune_malloc() -> bool:
-    """Keep freed buffers in the heap instead of returning them to the OS (glibc only).
+    """Keep freed buffers in the heap instead of returning them to the OS (glibc only). Opt-in:
+    call it once at start-up if the process is yours; it is never called by gpubackend itself.
 
     By default glibc serves every allocation above a (dynamic) threshold with a fresh mmap and gives
     the memory back on free, so each kernel's multi-megabyte temporaries and outputs page-fault on
     first touch on every call. On this VM that alone made a MobileNet stem convolution 4x slower
     (840 faults per call). Raising the mmap and trim thresholds lets the heap recycle those buffers,
-    which is what onnxruntime's arena allocator achieves. Process-wide and idempotent; returns
-    whether it took effect. ``GPUBACKEND_MALLOC_TUNING=0`` in the environment disables it.
+    which is what onnxruntime's arena allocator achieves. Process-wide, irreversible and idempotent;
+    returns whether it took effect.
     """
     global _malloc_tuned
-    if _malloc_tuned is not None:
-        return _malloc_tuned
-    _malloc_tuned = False
-    if os.environ.get("GPUBACKEND_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+    if _malloc_tuned:
+        return True
+    if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -96,19 +89,3 @@ def tune_malloc() -> bool:
         return False
     _malloc_tuned = ok
     return ok
-
-
-def default_blas_threads() -> int | None:
-    """Apply the package's BLAS threading policy (see the module docstring); returns the count set."""
-    env = os.environ.get("GPUBACKEND_BLAS_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            return None
-        set_blas_threads(n)
-        return n
-    if os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS"):
-        return None
-    set_blas_threads(1)
-    return 1

@@ -33,3 +33,12 @@ class DeviceError(GpuBackendError):
 
 class OptionError(GpuBackendError, ValueError):
     """An option given to Session or a command is not one of the accepted values."""
+
+
+class NodeError(GpuBackendError, ValueError):
+    """A node failed at run time on the values it was given (e.g. an index out of range)."""
+
+    def __init__(self, message: str, node: str = "", op_type: str = ""):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type

@@ -23,9 +23,9 @@ import onnx
 
 from .errors import OptionError
 from .paths import GPU_PATH_KEYS, PATH_KEYS
+from .paths.cpu import CPU_ENGINES
 
 PRECISIONS = ("fp32", "fp16")
-CPU_ENGINES = ("auto",)  # the cpu path's engines add themselves here
 
 # Environment variables that override a field, and how their text becomes the field's value.
 ENV_PATH = "GPUBACKEND_PATH"
@@ -71,7 +71,8 @@ class SessionOptions:
       (the CPU is appended when ``fallback`` is on). Overrides ``path`` when set.
     - ``precision``: "fp32" or "fp16" GPU storage.
     - ``fallback``: unsupported or failing nodes run on the CPU (False: raise instead).
-    - ``cpu_engine``: the CPU path's engine ("auto"); ``GPUBACKEND_CPU_ENGINE`` overrides it.
+    - ``cpu_engine``: the CPU path's engine: "auto" (onnxruntime when installed, else numpy),
+      "onnxruntime" or "numpy" (the ``fallback`` kernels); ``GPUBACKEND_CPU_ENGINE`` overrides it.
     - ``free_dimension_overrides``: symbolic input dimension name -> size, fixed before planning.
     - ``disabled_paths``: paths to treat as absent for this session (``GPUBACKEND_DISABLE``, which
       the probe also reads, adds to them).
@@ -81,11 +82,12 @@ class SessionOptions:
       by the driver's GL_MAX_DRAW_BUFFERS; ``GPUBACKEND_GLES3_TARGETS``).
     - ``vulkan_record_once``: record each Vulkan segment's command buffer once and replay it
       (``GPUBACKEND_VULKAN_RECORD=0`` records every run).
-    - ``blas_threads``: OpenBLAS threads for the CPU path (process-wide; ``GPUBACKEND_BLAS_THREADS``).
+    - ``blas_threads``: NumPy BLAS threads while the numpy CPU engine runs (None: 1; set for the
+      duration of each run and restored after, never process-wide; ``GPUBACKEND_BLAS_THREADS``).
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
-    ``intra_op_num_threads`` (honoured: the CPU path's BLAS threads when ``blas_threads`` is
-    unset; 0 = default), ``inter_op_num_threads``, ``execution_mode`` (ignored: nodes run in
+    ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
+    the numpy engine's BLAS threads when ``blas_threads`` is unset; 0 = default), ``inter_op_num_threads``, ``execution_mode`` (ignored: nodes run in
     order), ``graph_optimization_level`` (ignored: the graph is always folded and fused),
     ``log_severity_level``/``log_verbosity_level``/``logid`` (ignored: gpubackend logs through
     the ``logging`` module, logger "gpubackend"), ``enable_profiling``/``profile_file_prefix``

@@ -20,6 +20,7 @@ from .model import ModelLike, load_model, to_graph
 from .options import SessionOptions, override_free_dimensions
 from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path
 from .paths.base import Path, RunStats, Segment
+from .paths.cpu import resolve_engine
 from .planner import Plan, place, segment_io
 
 log = logging.getLogger("gpubackend")
@@ -78,6 +79,8 @@ class Session:
     or one of "cpu", "gles2", "gles3", "gles31", "vulkan". ``precision``: "fp32" or "fp16"
     (GPU storage precision; the CPU path always computes in fp32). ``fallback``: nodes the path
     cannot run (or that fail at run time) go to the CPU path; with False they raise instead.
+    ``cpu_engine``: what runs CPU segments, "auto" (onnxruntime when installed, else numpy),
+    "onnxruntime" or "numpy" (the ``fallback`` kernels, the reference every path is tested against).
     ``options``: a :class:`SessionOptions` with every other knob; keyword arguments given
     explicitly replace its fields.
 
@@ -85,12 +88,13 @@ class Session:
     created it (a run from another thread raises GpuBackendError)."""
 
     def __init__(self, model: ModelLike, path: str | None = None, precision: str | None = None,
-                 fallback: bool | None = None, *, options: SessionOptions | None = None):
+                 fallback: bool | None = None, *, cpu_engine: str | None = None,
+                 options: SessionOptions | None = None):
         t0 = time.perf_counter()
         if options is not None and not isinstance(options, SessionOptions):
             raise OptionError(f"options must be a gpubackend.SessionOptions, not {type(options).__name__}")
-        given = {k: v for k, v in (("path", path), ("precision", precision), ("fallback", fallback))
-                 if v is not None}
+        given = {k: v for k, v in (("path", path), ("precision", precision), ("fallback", fallback),
+                                   ("cpu_engine", cpu_engine)) if v is not None}
         if "fallback" in given:
             given["fallback"] = bool(given["fallback"])
         if "path" in given and options is not None and options.providers is not None:
@@ -101,10 +105,7 @@ class Session:
             opts.path if opts.providers is None else ",".join(opts.providers))
         self.precision = opts.precision
         self.fallback = opts.fallback
-        if opts.blas_threads is not None:
-            from fallback import set_blas_threads
-
-            set_blas_threads(opts.blas_threads)
+        self.cpu_engine = resolve_engine(opts.cpu_engine)  # "onnxruntime" or "numpy"
         self._owner = threading.get_ident()
         self._proto = override_free_dimensions(load_model(model), opts.free_dimension_overrides)
         self._base_graph = to_graph(self._proto)
@@ -384,14 +385,15 @@ class Session:
         """Which path ran what, and why nodes fell back."""
         variant = self._current or self._plan_for_report()
         lines = [f"requested path: {self.requested_path}; chosen: {self.path}; precision: {self.precision}; "
-                 f"fallback: {self.fallback}"]
+                 f"fallback: {self.fallback}; cpu engine: {self.cpu_engine}"]
         lines += [f"  {note}" for note in self._notes]
+        lines += [f"  {note}" for seg in variant.segments for note in getattr(seg, "notes", ())]
         counts: dict[str, int] = {}
         for key in variant.plan.placement.values():
             counts[key] = counts.get(key, 0) + 1
         lines.append("nodes per path: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
         lines.append(f"segments: {len(variant.plan.segments)} ("
-                     + " -> ".join(f"{k}[{len(n)}]" for k, n in variant.plan.segments) + ")")
+                     + " -> ".join(f"{self._engine_label(k)}[{len(n)}]" for k, n in variant.plan.segments) + ")")
         fell = [(n, r) for n, r in variant.plan.reasons.items() if variant.plan.placement.get(n) != self.path]
         if fell:
             lines.append(f"{len(fell)} node(s) not on {self.path}:")
@@ -400,6 +402,9 @@ class Session:
         if fused:
             lines.append("fused: " + ", ".join(f"{k} <- {'+'.join(v)}" for k, v in fused.items()))
         return "\n".join(lines)
+
+    def _engine_label(self, key: str) -> str:
+        return f"cpu:{self.cpu_engine}" if key == "cpu" else key
 
     @property
     def path_order(self) -> list[str]:

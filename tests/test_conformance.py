@@ -285,7 +285,7 @@ def test_faults_fail_exactly_the_faulty_paths(tmp_path: Path) -> None:
     # A following session, with the faults still present, still computes correct outputs.
     code = TINY_MODEL + (
         "import gpubackend\n"
-        "ref = gpubackend.Session(m, path='cpu').run(x)[0]\n"
+        "ref = gpubackend.Session(m, path='cpu', cpu_engine='numpy').run(x)[0]\n"
         "rep = gpubackend.probe()\n"
         f"print({faulty!r}, [rep.paths[k].disabled_kernels for k in {faulty!r}])\n"
         "for p in ['auto'] + " + repr(faulty) + ":\n"
@@ -313,7 +313,7 @@ def test_verdict_disables_only_the_failing_kernel(tmp_path: Path) -> None:
     assert data["verdicts_written"] == {"gles3": ["depthwise"]}
     code = TINY_MODEL + (
         "import gpubackend\n"
-        "ref = gpubackend.Session(m, path='cpu').run(x)[0]\n"
+        "ref = gpubackend.Session(m, path='cpu', cpu_engine='numpy').run(x)[0]\n"
         "s = gpubackend.Session(m, path='gles3')\n"
         "out = s.run(x)[0]\n"
         "from gpubackend.paths import path_module\n"

@@ -19,7 +19,7 @@ from capability_probe.testing import KINDS, assert_fault_reported
 def model_and_reference():
     model = unet_like(size=32)
     feeds = random_inputs(model, seed=5)
-    (want,) = gpubackend.Session(model, path="cpu").run(feeds)
+    (want,) = gpubackend.Session(model, path="cpu", cpu_engine="numpy").run(feeds)
     return model, feeds, want
 
 

@@ -1,4 +1,4 @@
-"""The whole test models on the CPU path against onnxruntime (fp32, 1e-4 relative)."""
+"""The whole test models on the CPU path, both engines, against onnxruntime (fp32, 1e-4 relative)."""
 
 from __future__ import annotations
 
@@ -16,19 +16,25 @@ def model_case(request: pytest.FixtureRequest):
     return request.param, model, feeds, onnxruntime_outputs(model, feeds)
 
 
-def test_matches_onnxruntime(model_case) -> None:
+ENGINES = ["numpy", "onnxruntime"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_matches_onnxruntime(model_case, engine: str) -> None:
     name, model, feeds, want = model_case
-    sess = gpubackend.Session(model, path="cpu")
+    sess = gpubackend.Session(model, path="cpu", cpu_engine=engine)
     got = sess.run(feeds)
     assert set(sess.placement.values()) == {"cpu"}
+    assert f"cpu:{engine}[" in sess.explain()
     for g, w in zip(got, want):
         assert_close(g, w, 1e-4, name)
 
 
-def test_inputs_untouched_and_repeatable(model_case) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_inputs_untouched_and_repeatable(model_case, engine: str) -> None:
     _, model, feeds, _ = model_case
     copies = {k: v.copy() for k, v in feeds.items()}
-    sess = gpubackend.Session(model, path="cpu")
+    sess = gpubackend.Session(model, path="cpu", cpu_engine=engine)
     first = sess.run(feeds)
     second = sess.run(feeds)
     for k in feeds:

@@ -77,10 +77,13 @@ def test_onnxruntime_matches_mediapipe(reference: dict[str, np.ndarray]) -> None
         assert err < TOL, f"{name}: max abs diff {err}"
 
 
-def test_gpubackend_cpu_matches_mediapipe(reference: dict[str, np.ndarray]) -> None:
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_gpubackend_cpu_matches_mediapipe(reference: dict[str, np.ndarray], engine: str) -> None:
     import gpubackend
 
-    sess = gpubackend.Session(str(SELFIE_SEGMENTATION), path="cpu")
+    if engine == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+    sess = gpubackend.Session(str(SELFIE_SEGMENTATION), path="cpu", cpu_engine=engine)
     for name, img, ref in zip(reference["names"], reference["inputs"], reference["masks"]):
         (y,) = sess.run({"input": _nchw(img)})
         assert y.shape == (1, 1, 256, 256)

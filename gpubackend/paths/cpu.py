@@ -1,20 +1,70 @@
-"""The CPU path: every node through the NumPy kernels of ``fallback``."""
+"""The CPU path. A CPU segment runs on one of two engines:
+
+* ``onnxruntime`` (when installed, the ``gpubackend[cpu]`` extra): the segment's nodes, constants and
+  boundary tensors become one standard ONNX model that onnxruntime optimises and runs with its own
+  threads; one onnxruntime session per input shape signature.
+* ``numpy``: every node through the NumPy kernels of ``fallback``, which stay the reference every
+  GPU path is tested against.
+
+``cpu_engine="auto"`` takes onnxruntime when it can be imported, else numpy.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import threading
 import time
+from typing import Any
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
 import fallback
 
+from ..errors import NodeError, OptionError, PathUnavailableError
 from ..graph import Graph, Node
 from .base import Path, RunStats, Segment
 
+log = logging.getLogger("gpubackend")
 
-class CpuSegment(Segment):
-    def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]):
+CPU_ENGINES = ("auto", "onnxruntime", "numpy")
+
+
+def onnxruntime_version() -> str | None:
+    """onnxruntime's version when it is installed, else None (imports it only if present)."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return None
+    try:
+        import onnxruntime
+    except Exception:  # a broken install counts as absent
+        return None
+    return str(onnxruntime.__version__)
+
+
+def resolve_engine(engine: str) -> str:
+    """The engine ``engine`` ("auto", "onnxruntime" or "numpy") means on this machine."""
+    if engine not in CPU_ENGINES:
+        raise OptionError(f"cpu_engine must be one of {', '.join(CPU_ENGINES)}, not {engine!r}")
+    if engine == "numpy":
+        return "numpy"
+    if onnxruntime_version() is not None:
+        return "onnxruntime"
+    if engine == "onnxruntime":
+        raise PathUnavailableError("cpu_engine='onnxruntime' needs onnxruntime: pip install 'gpubackend[cpu]'")
+    return "numpy"
+
+
+class NumpySegment(Segment):
+    """Runs its nodes one by one through ``fallback.run_node``."""
+
+    engine = "numpy"
+
+    def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
+                 blas_threads: int = 1):
         super().__init__("cpu", nodes, inputs, outputs)
+        self._blas_threads = blas_threads
         self._constants = graph.constants
         self._opset = graph.opset
         # Release each intermediate after its last use inside the segment.
@@ -29,22 +79,178 @@ class CpuSegment(Segment):
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         env = dict(feeds)
         consts = self._constants
-        for node, release in zip(self.nodes, self._release):
-            args = [None if not n else env[n] if n in env else consts[n] for n in node.inputs]
-            t0 = time.perf_counter() if stats.profile else 0.0
-            results = fallback.run_node(node.op_type, args, node.attrs, self._opset)
-            if stats.profile:
-                stats.node_seconds[node.name] = time.perf_counter() - t0
-            for name, value in zip(node.outputs, results):
-                if name:
-                    env[name] = value
-            for name in release:
-                env.pop(name, None)
+        with fallback.blas_threads(self._blas_threads):
+            for node, release in zip(self.nodes, self._release):
+                args = [None if not n else env[n] if n in env else consts[n] for n in node.inputs]
+                t0 = time.perf_counter() if stats.profile else 0.0
+                try:
+                    results = fallback.run_node(node.op_type, args, node.attrs, self._opset)
+                except fallback.FallbackError as exc:
+                    raise NodeError(f"node {node.name} ({node.op_type}) failed on the CPU: {exc}",
+                                    node.name, node.op_type) from exc
+                if stats.profile:
+                    stats.node_seconds[node.name] = time.perf_counter() - t0
+                for name, value in zip(node.outputs, results):
+                    if name:
+                        env[name] = value
+                for name in release:
+                    env.pop(name, None)
         return {name: env[name] for name in self.outputs}
 
 
+# ---- the onnxruntime engine ---------------------------------------------------------------
+
+def _attribute(node: Node, name: str, value: Any, opset: int) -> onnx.AttributeProto:
+    """A decoded attribute back as an AttributeProto; the type comes from the op's schema so that
+    empty lists and ints-vs-floats round-trip exactly."""
+    attr_type = None
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+        if name in schema.attributes:
+            attr_type = schema.attributes[name].type
+    except onnx.defs.SchemaError:
+        pass
+    if isinstance(value, np.ndarray):
+        value = numpy_helper.from_array(value)
+    elif isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        value = [numpy_helper.from_array(v) for v in value]
+    return helper.make_attribute(name, value, attr_type=attr_type)
+
+
+def _standard_nodes(node: Node, graph: Graph, extra_constants: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+    """``node`` as standard ONNX: an activation that gpubackend.model fused into it (``_act``) becomes
+    its own node again; internal ``_`` attributes are dropped."""
+    attrs = [_attribute(node, k, v, graph.opset) for k, v in node.attrs.items() if not k.startswith("_")]
+    act = node.attrs.get("_act")
+    outputs = list(node.outputs)
+    if act is not None:
+        outputs[0] = f"{node.outputs[0]}/before_{act[0]}"
+    main = helper.make_node(node.op_type, node.inputs, outputs, name=node.name, domain=node.domain or None)
+    main.attribute.extend(attrs)
+    if act is None:
+        return [main]
+    op, params = act
+    act_inputs, act_attrs = [outputs[0]], {}
+    if op == "Clip":
+        lo, hi = float(params["min"]), float(params["max"])
+        if graph.opset >= 11:
+            for bound, value in (("min", lo), ("max", hi)):
+                const = f"{node.name}/clip_{bound}"
+                extra_constants[const] = np.array(value, dtype=np.float32)
+                act_inputs.append(const)
+        else:
+            act_attrs = {"min": lo, "max": hi}
+    else:
+        act_attrs = dict(params)
+    return [main, helper.make_node(op, act_inputs, [node.outputs[0]], name=f"{node.name}/{op}", **act_attrs)]
+
+
+def subgraph_model(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray],
+                   outputs: list[str]) -> onnx.ModelProto:
+    """One standard ONNX model computing ``outputs`` from ``feeds`` (name -> example array, which gives
+    the input types and shapes) with ``nodes`` and the constants they read."""
+    extra: dict[str, np.ndarray] = {}
+    protos = [p for node in nodes for p in _standard_nodes(node, graph, extra)]
+    used = {i for n in nodes for i in n.inputs if i}
+    initializers = [numpy_helper.from_array(np.asarray(graph.constants[n]), n)
+                    for n in sorted(used) if n in graph.constants and n not in feeds]
+    initializers += [numpy_helper.from_array(v, n) for n, v in extra.items()]
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+           for n, a in feeds.items()]
+    outs = []
+    for name in outputs:
+        dtype = graph.dtypes.get(name)
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype is not None else onnx.TensorProto.UNDEFINED
+        outs.append(helper.make_tensor_value_info(name, elem, None))
+    g = helper.make_graph(protos, "gpubackend_cpu_segment", ins, outs, initializer=initializers)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", graph.opset)], producer_name="gpubackend")
+    model.ir_version = min(model.ir_version, _max_ir_version())
+    return model
+
+
+def _max_ir_version() -> int:
+    import onnxruntime
+
+    # onnxruntime names the newest IR version it reads in its ONNX_IR_VERSION build constant on some
+    # builds only; IR 10 (onnx 1.16) is read by every onnxruntime this package supports (>= 1.17).
+    return int(getattr(onnxruntime.capi._pybind_state, "ONNX_IR_VERSION", 10) or 10)
+
+
+class OnnxruntimeSegment(Segment):
+    """Runs its nodes as one onnxruntime session per input shape signature. If onnxruntime refuses
+    the subgraph, that signature runs on the NumPy kernels instead (logged once, kept in ``notes``)."""
+
+    engine = "onnxruntime"
+
+    def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
+                 threads: int = 0, blas_threads: int = 1):
+        super().__init__("cpu", nodes, inputs, outputs)
+        self._threads = threads
+        self._blas_threads = blas_threads
+        self._graph = graph
+        self._sessions: dict[tuple, Any] = {}
+        self._numpy: NumpySegment | None = None
+        self._lock = threading.Lock()
+        self.notes: list[str] = []
+
+    def _session(self, feeds: dict[str, np.ndarray]) -> Any:
+        key = tuple((n, feeds[n].shape, feeds[n].dtype.str) for n in self.inputs)
+        sess = self._sessions.get(key)
+        if sess is None:
+            with self._lock:
+                sess = self._sessions.get(key)
+                if sess is None:
+                    sess = self._sessions[key] = self._build(feeds)
+        return sess
+
+    def _build(self, feeds: dict[str, np.ndarray]) -> Any:
+        import onnxruntime
+
+        try:
+            model = subgraph_model(self.nodes, self._graph, {n: feeds[n] for n in self.inputs}, self.outputs)
+            opts = onnxruntime.SessionOptions()
+            opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.log_severity_level = 3
+            opts.intra_op_num_threads = self._threads
+            return onnxruntime.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime refuses some graphs the NumPy kernels run
+            first = self.nodes[0].name
+            msg = (f"onnxruntime cannot run the CPU segment starting at {first} ({len(self.nodes)} nodes): "
+                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; it runs on numpy")
+            log.warning("%s", msg)
+            self.notes.append(msg)
+            return False
+
+    def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        sess = self._session(feeds)
+        if sess is False:
+            if self._numpy is None:
+                self._numpy = NumpySegment(self.nodes, self._graph, self.inputs, self.outputs, self._blas_threads)
+            return self._numpy.run(feeds, stats)
+        t0 = time.perf_counter() if stats.profile else 0.0
+        try:
+            results = sess.run(self.outputs, {n: feeds[n] for n in self.inputs})
+        except Exception as exc:
+            raise NodeError(f"onnxruntime failed on the CPU segment starting at {self.nodes[0].name}: {exc}",
+                            self.nodes[0].name, self.nodes[0].op_type) from exc
+        if stats.profile:  # one time for the whole subgraph, given to its first node
+            stats.node_seconds[self.nodes[0].name] = time.perf_counter() - t0
+        return dict(zip(self.outputs, results))
+
+
 class CpuPath(Path):
+    """``engine``: see :func:`resolve_engine`. ``blas_threads``: NumPy BLAS threads during a numpy
+    run (None: 1, see ``fallback._runtime``); ``ort_threads``: onnxruntime's intra-op threads (0: its
+    default, one per physical core)."""
+
     key = "cpu"
+
+    def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
+                 engine: str = "auto", blas_threads: int | None = None, ort_threads: int = 0):
+        super().__init__(precision, disabled_kernels)
+        self.engine = resolve_engine(engine)
+        self.blas_threads = blas_threads or 1
+        self.ort_threads = ort_threads
 
     def decline(self, node: Node, graph: Graph) -> str | None:
         if node.domain not in ("", "ai.onnx"):
@@ -54,8 +260,11 @@ class CpuPath(Path):
         return None
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
-        return CpuSegment(nodes, graph, inputs, outputs)
+        if self.engine == "onnxruntime":
+            return OnnxruntimeSegment(nodes, graph, inputs, outputs, self.ort_threads, self.blas_threads)
+        return NumpySegment(nodes, graph, inputs, outputs, self.blas_threads)
 
 
-def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> CpuPath:
-    return CpuPath(precision, disabled_kernels)
+def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), engine: str = "auto",
+           blas_threads: int | None = None, ort_threads: int = 0) -> CpuPath:
+    return CpuPath(precision, disabled_kernels, engine, blas_threads, ort_threads)

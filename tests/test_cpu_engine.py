@@ -1,0 +1,151 @@
+"""The CPU path's two engines (onnxruntime subgraphs and the NumPy kernels), and that importing the
+packages changes no process-wide setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gpubackend
+from gpubackend.errors import GpuBackendError, OptionError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _conv_act_model(act: str, opset: int = 17, **act_attrs: object):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    act_inputs = ["c"]
+    if act == "Clip" and opset >= 11:
+        inits += [numpy_helper.from_array(np.float32(-0.5), "lo"), numpy_helper.from_array(np.float32(0.7), "hi")]
+        act_inputs += ["lo", "hi"]
+    elif act == "Clip":
+        act_attrs = {"min": -0.5, "max": 0.7}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, act_inputs, ["y"], **act_attrs)]
+    graph = helper.make_graph(nodes, "conv_act", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(("act", "opset", "attrs"), [
+    ("Relu", 17, {}), ("Clip", 17, {}), ("Clip", 6, {}), ("LeakyRelu", 17, {"alpha": 0.2}),
+    ("HardSigmoid", 17, {"alpha": 0.3, "beta": 0.4}), ("HardSwish", 17, {}), ("Sigmoid", 17, {}), ("Tanh", 17, {}),
+])
+def test_fused_activation_is_unfused_for_onnxruntime(act: str, opset: int, attrs: dict) -> None:
+    model = _conv_act_model(act, opset, **attrs)
+    x = np.random.default_rng(2).standard_normal((1, 3, 6, 6)).astype(np.float32) * 2
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="onnxruntime")
+    assert sess._base_graph.fused, "the activation should have been fused into the Conv"
+    (got,) = sess.run({"x": x})
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (ref,) = gpubackend.Session(model, path="cpu", cpu_engine="numpy").run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+    assert "cpu:onnxruntime[1]" in sess.explain()
+
+
+def _dynamic_gather_model():
+    nodes = [helper.make_node("Gather", ["x", "i"], ["g"], axis=0), helper.make_node("Relu", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
+                                                helper.make_tensor_value_info("i", TensorProto.INT64, ["k"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_one_onnxruntime_session_per_shape_signature() -> None:
+    sess = gpubackend.Session(_dynamic_gather_model(), path="cpu", cpu_engine="onnxruntime")
+    rng = np.random.default_rng(0)
+    for n, k in ((5, 2), (7, 4), (5, 2)):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        i = np.arange(k, dtype=np.int64)[::-1].copy()
+        (y,) = sess.run({"x": x, "i": i})
+        np.testing.assert_array_equal(y, np.maximum(x[i], 0))
+    segments = [seg for v in sess._variants.values() for seg in v.segments]
+    assert len(segments) == 2 and all(len(seg._sessions) == 1 for seg in segments)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_run_time_node_failure_is_a_gpubackend_error(engine: str) -> None:
+    sess = gpubackend.Session(_dynamic_gather_model(), path="cpu", cpu_engine=engine)
+    x = np.zeros((3, 3), np.float32)
+    with pytest.raises(GpuBackendError, match="Gather"):
+        sess.run({"x": x, "i": np.array([7], np.int64)})
+
+
+def test_engine_option_is_checked() -> None:
+    with pytest.raises(OptionError, match="cpu_engine"):
+        gpubackend.Session(_conv_act_model("Relu"), path="cpu", cpu_engine="tensorflow")
+    sess = gpubackend.Session(_conv_act_model("Relu"), path="cpu", cpu_engine="auto")
+    assert sess.cpu_engine == "onnxruntime" and "cpu engine: onnxruntime" in sess.explain()
+
+
+_STATE_SCRIPT = textwrap.dedent("""
+    import ctypes, json, sys
+    import numpy  # the packages' own dependencies may be loaded first
+    import onnx
+    from threadpoolctl import threadpool_info
+
+    libc = ctypes.CDLL("libc.so.6")
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")]
+
+    libc.mallinfo2.restype = Mallinfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def mmapped(nbytes):
+        # glibc serves a block above its mmap threshold with its own mapping (hblks counts them);
+        # freeing one raises the dynamic threshold to that size, so each probe asks for more than the last.
+        # mallopt(M_MMAP_THRESHOLD, ...) fixes the threshold and the next probe would come from the heap.
+        before = libc.mallinfo2().hblks
+        p = libc.malloc(nbytes)
+        during = libc.mallinfo2().hblks
+        libc.free(p)
+        return during > before
+
+    def blas():  # library file -> threads, for the BLAS libraries loaded so far
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    state = {"before": {"blas": blas(), "mmapped": mmapped(20 << 20)}}
+    import capability_probe, fallback, gpubackend, gpubackend.session, gpubackend.paths.cpu  # noqa: F401
+    after = blas()  # libraries loaded by the imports themselves (e.g. scipy's BLAS) keep their own default
+    state["after"] = {"blas": {k: after.get(k) for k in state["before"]["blas"]}, "mmapped": mmapped(24 << 20)}
+    print(json.dumps(state))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="observes glibc's allocator")
+def test_import_changes_no_process_wide_setting() -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GPUBACKEND_BLAS_THREADS")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root
+    proc = subprocess.run([sys.executable, "-c", _STATE_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert state["before"]["mmapped"], "the probe itself does not see glibc's mmap threshold"
+    assert state["before"]["blas"], "threadpoolctl sees no BLAS library after importing numpy"
+    assert state["after"] == state["before"], state
+
+
+def test_blas_threads_are_scoped_to_a_run() -> None:
+    import fallback
+
+    before = fallback.get_blas_threads()
+    if before is None:
+        pytest.skip("threadpoolctl sees no BLAS library")
+    with fallback.blas_threads(1):
+        assert fallback.get_blas_threads() == 1
+    assert fallback.get_blas_threads() == before
