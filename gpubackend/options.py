@@ -87,8 +87,9 @@ class SessionOptions:
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
     ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
-    the numpy engine's BLAS threads when ``blas_threads`` is unset; 0 = default), ``inter_op_num_threads``, ``execution_mode`` (ignored: nodes run in
-    order), ``graph_optimization_level`` (ignored: the graph is always folded and fused),
+    the numpy engine's BLAS threads when ``blas_threads`` is unset; 0 = default),
+    ``inter_op_num_threads``, ``execution_mode`` (ignored: nodes run in order),
+    ``graph_optimization_level`` (ignored: the graph is always folded and fused),
     ``log_severity_level``/``log_verbosity_level``/``logid`` (ignored: gpubackend logs through
     the ``logging`` module, logger "gpubackend"), ``enable_profiling``/``profile_file_prefix``
     (ignored: use ``Session.run(..., profile=True)``), ``optimized_model_filepath`` (ignored: the
