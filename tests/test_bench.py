@@ -143,6 +143,11 @@ def test_cli_bench_small_model(tmp_path, capsys):
     assert cpu["warm_over_cold"] > 0 and cpu["first_run_s"] > 0
     assert cpu["p50_over_onnxruntime"] > 0 and result["paths"]["onnxruntime"]["p50_over_onnxruntime"] == 1.0
     assert cpu["max_abs_err"] < 1e-3
+    # with onnxruntime installed "cpu" runs on it, and the NumPy engine is timed beside it
+    assert cpu["engine"] == "onnxruntime" and result["options"]["cpu_engines"] == ["cpu:numpy"]
+    numpy_engine = result["paths"]["cpu:numpy"]
+    assert numpy_engine["kind"] == "engine" and numpy_engine["engine"] == "numpy"
+    assert numpy_engine["latency_ms"]["n"] == 3 and numpy_engine["max_abs_err"] < 1e-3
     prof = cpu["profile"]
     assert prof["timing"] == "host" and prof["by_op_ms"]["Conv"] > 0 and len(prof["top_nodes"]) == 10
     assert "upload_bytes" in prof["transfers"]

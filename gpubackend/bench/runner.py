@@ -177,6 +177,14 @@ def default_paths(report: Any) -> list[str]:
     return [k for k in GPU_PATH_KEYS if report is not None and report.usable(k)] + ["cpu"]
 
 
+def other_cpu_engines() -> list[str]:
+    """Bench keys ("cpu:<engine>") for the CPU engines ``cpu`` (the default engine) does not use,
+    so that a benchmark times both when onnxruntime is installed."""
+    from ..paths.cpu import resolve_engine
+
+    return ["cpu:numpy"] if resolve_engine("auto") != "numpy" else []
+
+
 def _ort_session(model_bytes: bytes, profile_dir: str | None = None) -> Any:
     import onnxruntime as ort
 
@@ -257,8 +265,9 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
     else:
         probe_error = ""
     paths = list(opts.paths) if opts.paths else default_paths(report)
+    engines = other_cpu_engines() if "cpu" in paths else []
     compare = [c for c in opts.compare if c == ORT]
-    n_timed = len(paths) + len(compare)
+    n_timed = len(paths) + len(engines) + len(compare)
     steps = (2 * len(paths) if opts.cold else 0) + n_timed * (1 + opts.warmup + opts.runs)
     if opts.profile:
         steps += n_timed
@@ -267,7 +276,8 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
     bar = Progress(steps, enabled=opts.progress)
     result: dict[str, Any] = {
         "model": model_info(name, model_bytes), "machine": machine_info(),
-        "options": {"paths": paths, "precision": opts.precision, "runs": opts.runs, "warmup": opts.warmup,
+        "options": {"paths": paths, "cpu_engines": engines, "precision": opts.precision, "runs": opts.runs,
+                    "warmup": opts.warmup,
                     "compare": compare, "profile": opts.profile, "roofline": opts.roofline, "cold": opts.cold,
                     "cold_full_probe": opts.cold_full_probe},
         "probe": {"fingerprint": getattr(report, "fingerprint", {}), "error": probe_error,
@@ -293,13 +303,16 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
     finally:
         if tmp_model:
             os.unlink(tmp_model)
+    for key in engines:
+        res[key] = {"kind": "engine"}
 
     # sessions in this process, first runs
     runners: list[_Runner] = []
     sessions: dict[str, Any] = {}
     reference: list[np.ndarray] | None = None
-    for key in paths:
+    for key in paths + engines:
         bar.show(f"{key}: creating the session")
+        path_key, _, engine = key.partition(":")  # "cpu:numpy": the cpu path on another engine
         entry = res[key]
         if "timed out" in str(entry.get("cold", {}).get("error", "")):
             entry["error"] = f"skipped: its cold start {entry['cold']['error']}"
@@ -307,9 +320,11 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
             continue
         try:
             t0 = time.perf_counter()
-            sess = gpubackend.Session(model_bytes, path=key, precision=opts.precision)
+            sess = gpubackend.Session(model_bytes, path=path_key, precision=opts.precision, cpu_engine=engine or None)
             entry["creation_s"] = time.perf_counter() - t0
-            if sess.path != key:
+            if path_key == "cpu":
+                entry["engine"] = sess.cpu_engine
+            if sess.path != path_key:
                 entry["error"] = f"not usable here, the session chose {sess.path}: " + sess.explain().splitlines()[1]
                 sess.close()
                 bar.step(f"{key}: skipped", 1 + opts.warmup + opts.runs)

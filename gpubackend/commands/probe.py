@@ -31,9 +31,15 @@ def run(args: argparse.Namespace) -> int:
         os.environ["GPUBACKEND_PROBE_TIMEOUT"] = str(args.timeout)
     from capability_probe import probe
 
+    from ..paths.cpu import cpu_engine_info
+
     report = probe(refresh=bool(args.refresh))
+    engine = cpu_engine_info()
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, default=str))
+        print(json.dumps(dict(report.to_dict(), cpu_engine=engine), indent=2, default=str))
     else:
         print(report.table())
+        print(f"cpu engine (auto): {engine['auto']}"
+              + (f" (onnxruntime {engine['onnxruntime']})" if engine["onnxruntime"] else
+                 " (onnxruntime not installed: pip install 'gpubackend[cpu]')"))
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -41,6 +42,11 @@ def onnxruntime_version() -> str | None:
     except Exception:  # a broken install counts as absent
         return None
     return str(onnxruntime.__version__)
+
+
+def cpu_engine_info() -> dict[str, str | None]:
+    """What ``gpubackend probe`` reports: the engine "auto" takes and onnxruntime's version."""
+    return {"auto": resolve_engine("auto"), "onnxruntime": onnxruntime_version(), "numpy": np.__version__}
 
 
 def resolve_engine(engine: str) -> str:
@@ -203,16 +209,22 @@ class OnnxruntimeSegment(Segment):
                     sess = self._sessions[key] = self._build(feeds)
         return sess
 
-    def _build(self, feeds: dict[str, np.ndarray]) -> Any:
+    def _ort_session(self, feeds: dict[str, np.ndarray], profile_prefix: str = "") -> Any:
         import onnxruntime
 
+        model = subgraph_model(self.nodes, self._graph, {n: feeds[n] for n in self.inputs}, self.outputs)
+        opts = onnxruntime.SessionOptions()
+        opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        opts.intra_op_num_threads = self._threads
+        if profile_prefix:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = profile_prefix
+        return onnxruntime.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+    def _build(self, feeds: dict[str, np.ndarray]) -> Any:
         try:
-            model = subgraph_model(self.nodes, self._graph, {n: feeds[n] for n in self.inputs}, self.outputs)
-            opts = onnxruntime.SessionOptions()
-            opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-            opts.log_severity_level = 3
-            opts.intra_op_num_threads = self._threads
-            return onnxruntime.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            return self._ort_session(feeds)
         except Exception as exc:  # onnxruntime refuses some graphs the NumPy kernels run
             first = self.nodes[0].name
             msg = (f"onnxruntime cannot run the CPU segment starting at {first} ({len(self.nodes)} nodes): "
@@ -227,15 +239,44 @@ class OnnxruntimeSegment(Segment):
             if self._numpy is None:
                 self._numpy = NumpySegment(self.nodes, self._graph, self.inputs, self.outputs, self._blas_threads)
             return self._numpy.run(feeds, stats)
-        t0 = time.perf_counter() if stats.profile else 0.0
         try:
             results = sess.run(self.outputs, {n: feeds[n] for n in self.inputs})
         except Exception as exc:
             raise NodeError(f"onnxruntime failed on the CPU segment starting at {self.nodes[0].name}: {exc}",
                             self.nodes[0].name, self.nodes[0].op_type) from exc
-        if stats.profile:  # one time for the whole subgraph, given to its first node
-            stats.node_seconds[self.nodes[0].name] = time.perf_counter() - t0
+        if stats.profile:
+            stats.node_seconds.update(self._profile(feeds))
         return dict(zip(self.outputs, results))
+
+    def _profile(self, feeds: dict[str, np.ndarray]) -> dict[str, float]:
+        """Per-node kernel seconds from onnxruntime's profiler: a profiling session runs the subgraph
+        twice and the second run counts. onnxruntime's own nodes (fused, or NCHWc layout nodes named
+        after a tensor) are charged to the node whose name, or output name, prefixes theirs; others
+        (e.g. "ReorderOutput") keep their own name."""
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="gpubackend-ort-profile-") as tmp:
+            sess = self._ort_session(feeds, os.path.join(tmp, "ort"))
+            ins = {n: feeds[n] for n in self.inputs}
+            sess.run(self.outputs, ins)
+            sess.run(self.outputs, ins)
+            with open(sess.end_profiling()) as fh:
+                events = json.load(fh)
+        last: dict[str, float] = {}
+        for ev in events:  # events come in run order: later runs overwrite earlier ones
+            name = str(ev.get("name", ""))
+            if ev.get("cat") == "Node" and name.endswith("_kernel_time"):
+                last[name[: -len("_kernel_time")]] = ev.get("dur", 0) / 1e6
+        owners = {n.name: n.name for n in self.nodes}
+        owners.update({o: n.name for n in self.nodes for o in n.outputs if o and o not in owners})
+        prefixes = sorted(owners, key=len, reverse=True)
+        out: dict[str, float] = {}
+        for ort_name, seconds in last.items():
+            prefix = next((p for p in prefixes if ort_name == p or ort_name.startswith((p + "/", p + "_"))), None)
+            owner = owners[prefix] if prefix is not None else ort_name
+            out[owner] = out.get(owner, 0.0) + seconds
+        return out
 
 
 class CpuPath(Path):
