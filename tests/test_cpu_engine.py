@@ -149,3 +149,38 @@ def test_blas_threads_are_scoped_to_a_run() -> None:
     with fallback.blas_threads(1):
         assert fallback.get_blas_threads() == 1
     assert fallback.get_blas_threads() == before
+
+
+def test_subgraph_outputs_get_types_when_the_model_left_them_open() -> None:
+    from gpubackend.model import to_graph
+    from gpubackend.paths.cpu import subgraph_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Cast", ["a"], ["b"], to=TensorProto.INT32)]
+    graph = helper.make_graph(nodes, "cast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("b", TensorProto.INT32, [2, 3])])
+    g = to_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    g.dtypes.clear()  # as for a model whose shape inference failed
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    sub = subgraph_model(g.nodes, g, {"x": x}, ["a", "b"])
+    a, b = ort.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(a, np.maximum(x, 0))
+    assert b.dtype == np.int32 and b.tolist() == [[0, 2, 0], [4, 0, 6]]
+
+
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_cpu_segment_between_gpu_segments(engine: str) -> None:
+    """Erf has no gles31 kernel: it runs as a CPU segment between two GPU segments, on either engine."""
+    import math
+
+    if not gpubackend.probe().usable("gles31"):
+        pytest.skip("gles31 is not verified on this machine")
+    nodes = [helper.make_node("Relu", ["x0"], ["x"]), helper.make_node("Erf", ["x"], ["y"]),
+             helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(22).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    sess = gpubackend.Session(model, path="gles31", cpu_engine=engine)
+    (got,) = sess.run({"x0": x})
+    np.testing.assert_allclose(got, np.vectorize(math.erf)(np.maximum(x, 0)), rtol=1e-5, atol=1e-6)
+    assert f"gles31[1] -> cpu:{engine}[1] -> gles31[1]" in sess.explain()

@@ -163,14 +163,20 @@ def subgraph_model(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray]
     initializers += [numpy_helper.from_array(v, n) for n, v in extra.items()]
     ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
            for n, a in feeds.items()]
-    outs = []
-    for name in outputs:
-        dtype = graph.dtypes.get(name)
-        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype is not None else onnx.TensorProto.UNDEFINED
-        outs.append(helper.make_tensor_value_info(name, elem, None))
+    outs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(graph.dtypes[name])), None)
+            if name in graph.dtypes else onnx.ValueInfoProto(name=name) for name in outputs]
     g = helper.make_graph(protos, "gpubackend_cpu_segment", ins, outs, initializer=initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", graph.opset)], producer_name="gpubackend")
     model.ir_version = min(model.ir_version, _max_ir_version())
+    if any(name not in graph.dtypes for name in outputs):
+        # onnxruntime needs every graph output typed: ONNX shape inference on the subgraph supplies
+        # the types the whole model's inference left open
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        types = {vi.name: vi.type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+                 if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+        for out in model.graph.output:
+            if not out.type.HasField("tensor_type") and out.name in types:
+                out.type.tensor_type.elem_type = types[out.name].tensor_type.elem_type
     return model
 
 
