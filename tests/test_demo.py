@@ -96,6 +96,8 @@ def test_headless_synthetic(path: str, tmp_path: Path) -> None:
     assert summary["path_requested"] == path
     if path != "auto":
         assert summary["path"] == path
+    if summary["path"] == "cpu":  # the fast engine when onnxruntime is installed (it is, in CI)
+        assert summary["cpu_engine"] == "onnxruntime", summary["explain"]
     assert summary["frames_per_path"] == {summary["path"]: N_FRAMES}
     assert sum(summary["placement"].values()) > 0
     assert set(summary["placement"]) <= {"cpu", *GPU_PATHS}

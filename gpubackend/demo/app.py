@@ -421,6 +421,7 @@ class Demo:
             "frames_per_path": self.path_counts,
             "placement": res.placement_counts if res else {},
             "fallback_nodes": res.fallback_nodes if res else None,
+            "cpu_engine": getattr(worker.session, "cpu_engine", None),  # what runs CPU nodes
             "session_seconds": round(worker.session_seconds, 3),
             "explain": worker.explain,
             "source": self.source.name,
