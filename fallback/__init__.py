@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from . import conv, elementwise, linalg, norm, pool, resize, tensor  # noqa: F401  (registers kernels)
-from ._registry import KERNELS, FallbackError
+from . import conv, elementwise, linalg, norm, pool, quant, resize, tensor  # noqa: F401  (registers kernels)
+from ._registry import DOMAIN_KERNELS, KERNELS, FallbackError
 from ._runtime import blas_threads, get_blas_threads, tune_malloc
 from .elementwise import apply_activation
 
@@ -36,20 +36,22 @@ KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list
 _SUPPORTED = frozenset(KERNELS)
 
 
-def supported_ops() -> frozenset[str]:
-    """Op types (default ONNX domain) that have a CPU kernel."""
-    return _SUPPORTED
+def supported_ops(domain: str = "") -> frozenset[str]:
+    """Op types of ``domain`` (default: the ONNX domain) that have a CPU kernel."""
+    if domain in ("", "ai.onnx"):
+        return _SUPPORTED
+    return frozenset(op for d, op in DOMAIN_KERNELS if d == domain)
 
 
 def run_node(op_type: str, inputs: list[np.ndarray | None], attrs: dict[str, Any],
-             opset: int = 17) -> list[np.ndarray]:
+             opset: int = 17, domain: str = "") -> list[np.ndarray]:
     """Run one ONNX node on the CPU; returns its outputs in order.
 
     Raises FallbackError (a ValueError) for an unknown op, bad attributes or bad input shapes.
     """
-    kernel = KERNELS.get(op_type)
+    kernel = KERNELS.get(op_type) if domain in ("", "ai.onnx") else DOMAIN_KERNELS.get((domain, op_type))
     if kernel is None:
-        raise FallbackError(f"no CPU kernel for op {op_type}")
+        raise FallbackError(f"no CPU kernel for op {op_type}" + (f" in domain {domain!r}" if domain else ""))
     attrs = attrs if attrs is not None else {}
     try:
         with np.errstate(all="ignore"):

@@ -9,17 +9,22 @@ import numpy as np
 
 Kernel = Callable[[list, dict, int], list]
 
-KERNELS: dict[str, Kernel] = {}
+KERNELS: dict[str, Kernel] = {}  # the default ONNX domain
+MS_DOMAIN = "com.microsoft"
+DOMAIN_KERNELS: dict[tuple[str, str], Kernel] = {}  # (domain, op type) for other domains
 
 
 class FallbackError(ValueError):
     """A node the CPU kernels cannot run: unknown op, bad attributes or bad input shapes."""
 
 
-def register(*op_types: str) -> Callable[[Kernel], Kernel]:
+def register(*op_types: str, domain: str = "") -> Callable[[Kernel], Kernel]:
     def deco(fn: Kernel) -> Kernel:
         for op in op_types:
-            KERNELS[op] = fn
+            if domain in ("", "ai.onnx"):
+                KERNELS[op] = fn
+            else:
+                DOMAIN_KERNELS[(domain, op)] = fn
         return fn
 
     return deco

@@ -90,7 +90,7 @@ class NumpySegment(Segment):
                 args = [None if not n else env[n] if n in env else consts[n] for n in node.inputs]
                 t0 = time.perf_counter() if stats.profile else 0.0
                 try:
-                    results = fallback.run_node(node.op_type, args, node.attrs, self._opset)
+                    results = fallback.run_node(node.op_type, args, node.attrs, self._opset, node.domain)
                 except fallback.FallbackError as exc:
                     raise NodeError(f"node {node.name} ({node.op_type}) failed on the CPU: {exc}",
                                     node.name, node.op_type) from exc
@@ -166,7 +166,9 @@ def subgraph_model(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray]
     outs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(graph.dtypes[name])), None)
             if name in graph.dtypes else onnx.ValueInfoProto(name=name) for name in outputs]
     g = helper.make_graph(protos, "gpubackend_cpu_segment", ins, outs, initializer=initializers)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", graph.opset)], producer_name="gpubackend")
+    domains = sorted({n.domain for n in nodes if n.domain not in ("", "ai.onnx")})
+    opsets = [helper.make_opsetid("", graph.opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    model = helper.make_model(g, opset_imports=opsets, producer_name="gpubackend")
     model.ir_version = min(model.ir_version, _max_ir_version())
     if any(name not in graph.dtypes for name in outputs):
         # onnxruntime needs every graph output typed: ONNX shape inference on the subgraph supplies
@@ -300,10 +302,9 @@ class CpuPath(Path):
         self.ort_threads = ort_threads
 
     def decline(self, node: Node, graph: Graph) -> str | None:
-        if node.domain not in ("", "ai.onnx"):
-            return f"no CPU kernel for domain {node.domain!r}"
-        if node.op_type not in fallback.supported_ops():
-            return f"no CPU kernel for {node.op_type}"
+        if node.op_type not in fallback.supported_ops(node.domain):
+            where = f" in domain {node.domain!r}" if node.domain not in ("", "ai.onnx") else ""
+            return f"no CPU kernel for {node.op_type}{where}"
         return None
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
