@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from onnx import numpy_helper
 
 import fallback
 
-from .errors import ModelError
+from .errors import GpuBackendError, ModelError, OptionError
 from .graph import Graph, Node
 
 ModelLike = str | bytes | os.PathLike | onnx.ModelProto
@@ -78,9 +79,47 @@ def decode_attribute(attr: onnx.AttributeProto) -> Any:
 
 
 def _static_shape(type_proto: onnx.TypeProto) -> tuple[int | None, ...] | None:
+    """The dims of a tensor type, None for each one not known (named, absent, or negative)."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim)
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                 for d in type_proto.tensor_type.shape.dim)
+
+
+def _declared_shape(name: str, type_proto: onnx.TypeProto) -> tuple[int | None, ...] | None:
+    """A graph input's declared shape. -1, 0 and named dims are symbolic (exporters write all three
+    for "any size"); another negative number is not a shape, so ModelError."""
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    dims: list[int | None] = []
+    for d in type_proto.tensor_type.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value in (-1, 0):
+            dims.append(None)
+        elif d.dim_value < 0:
+            raise ModelError(f"input {name!r} declares dimension {d.dim_value} in its shape; "
+                             "a dimension is a size >= 1, or -1, 0 or a name for a symbolic one")
+        else:
+            dims.append(int(d.dim_value))
+    return tuple(dims)
+
+
+def pin_shape(name: str, declared: tuple[int | None, ...] | None, given: Any) -> tuple[int, ...]:
+    """``given`` (a shape for input ``name``) checked against the declared one; OptionError if it is
+    not a shape of non-negative integers of the declared rank that agrees with every static dim."""
+    try:
+        shape = tuple(int(d) for d in given)
+        if any(isinstance(d, bool) or int(d) != d for d in given):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise OptionError(f"the shape given for input {name!r} must be a sequence of integers, not {given!r}") from None
+    if any(d < 0 for d in shape):
+        raise OptionError(f"the shape given for input {name!r} has a negative dimension: {list(shape)}")
+    if declared is not None:
+        shown = ["?" if d is None else d for d in declared]
+        if len(declared) != len(shape) or any(d is not None and d != v for d, v in zip(declared, shape)):
+            raise OptionError(f"the shape given for input {name!r}, {list(shape)}, does not fit its declared "
+                              f"shape {shown}")
+    return shape
 
 
 def _np_dtype(type_proto: onnx.TypeProto) -> np.dtype | None:
@@ -92,8 +131,21 @@ def _np_dtype(type_proto: onnx.TypeProto) -> np.dtype | None:
         return None
 
 
-def to_graph(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
-    """Build and optimise the graph. ``input_shapes`` pins symbolic input dimensions."""
+def to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any] | None = None,
+             input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """Build and optimise the graph. ``input_shapes`` pins symbolic input dimensions;
+    ``input_values`` makes inputs constants (shape-defining integers given at run time), so
+    that everything they define folds like shape plumbing does. Every failure is a
+    GpuBackendError; one inside a node names the node and its op."""
+    try:
+        return _to_graph(proto, input_shapes or {}, input_values or {})
+    except GpuBackendError:
+        raise
+    except Exception as exc:  # an unforeseen failure in our own passes: still a GpuBackendError
+        raise ModelError(f"preparing the model failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_values: Mapping[str, np.ndarray]) -> Graph:
     g = proto.graph
     opset = default_opset(proto)
     try:
@@ -101,49 +153,104 @@ def to_graph(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | 
     except Exception as exc:
         raise ModelError(f"cannot read the model's initializers: {exc}") from exc
     inputs = [i.name for i in g.input if i.name not in constants]
-    declared = {i.name: _static_shape(i.type) for i in g.input if i.name not in constants}
+    declared = {i.name: _declared_shape(i.name, i.type) for i in g.input if i.name not in constants}
+    unknown = [n for n in list(input_shapes) + list(input_values) if n not in declared]
+    if unknown:
+        raise OptionError(f"no model input named {', '.join(map(repr, unknown))}; the inputs are {inputs}")
     dtypes: dict[str, np.dtype] = {}
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         dt = _np_dtype(vi.type)
         if dt is not None:
             dtypes[vi.name] = dt
     nodes = []
+    protos: dict[int, onnx.NodeProto] = {}  # id(Node) -> its proto
     for i, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{i}"
         try:
             attrs = {a.name: decode_attribute(a) for a in n.attribute}
         except Exception as exc:
-            raise ModelError(f"node {n.name or i} ({n.op_type}): unreadable attribute: {exc}") from exc
+            raise ModelError(f"node {name} ({n.op_type}): unreadable attribute: {exc}") from exc
         if len(n.output) > 1:
             attrs["_num_outputs"] = len(n.output)  # e.g. MaxPool computes Indices only when asked
-        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs, n.domain))
-    graph = Graph(nodes, inputs, [o.name for o in g.output], constants, dtypes=dtypes, opset=opset,
-                  input_shapes={k: v for k, v in declared.items() if v is not None})
-    pinned = dict(graph.input_shapes)
-    for name, shape in (input_shapes or {}).items():
-        pinned[name] = tuple(shape)
-    graph.input_shapes = pinned
-    infer_shapes(proto, graph)
+        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), attrs, n.domain))
+        protos[id(nodes[-1])] = n
+    pinned = {k: v for k, v in declared.items() if v is not None}
+    for name, shape in input_shapes.items():
+        pinned[name] = pin_shape(name, declared[name], shape)
+    for name, value in input_values.items():
+        value = np.asarray(value)
+        pinned[name] = pin_shape(name, declared[name], value.shape)
+        constants[name] = value
+    graph = Graph(nodes, [n for n in inputs if n not in input_values], [o.name for o in g.output], constants,
+                  dtypes=dtypes, opset=opset, input_shapes=pinned)
+    specialise(proto, graph, protos)
     optimize(graph)
     return graph
 
 
-def infer_shapes(proto: onnx.ModelProto, graph: Graph) -> None:
-    """Static shapes from ONNX shape inference, with the graph's pinned input shapes."""
+# Shape inference and constant folding take turns until nothing more folds: folding a Shape node
+# turns the Reshape / Expand / Slice operands computed from it into constants, which lets the next
+# round of shape inference see through them. Real models settle in two or three rounds.
+_MAX_SPECIALISE_ROUNDS = 16
+# Constants up to this many elements are handed to ONNX shape inference by value (it propagates
+# shape values through them); larger ones only by type and shape.
+_INFERENCE_VALUE_LIMIT = 4096
+
+
+def specialise(proto: onnx.ModelProto, graph: Graph, protos: Mapping[int, onnx.NodeProto]) -> None:
+    """Make every shape static that the pinned input shapes and the constants determine, folding
+    the shape plumbing (Shape, Gather, Slice, Concat, Cast, Range, ConstantOfShape, ...) away."""
+    # Folding first also checks the size of every constant Range / ConstantOfShape before ONNX's
+    # data propagation sees it (a Range to 1e12 there allocates until the process is killed).
+    fold_constants(graph)
+    for _ in range(_MAX_SPECIALISE_ROUNDS):
+        infer_shapes(proto, graph, protos)
+        if not fold_constants(graph):
+            break
+
+
+def infer_shapes(proto: onnx.ModelProto, graph: Graph, protos: Mapping[int, onnx.NodeProto]) -> None:
+    """Static shapes from ONNX shape inference over the graph's current nodes and constants, with
+    its pinned input shapes (symbolic dims stay symbolic)."""
     model = onnx.ModelProto()
-    model.CopyFrom(proto)
-    for inp in model.graph.input:
-        shape = graph.input_shapes.get(inp.name)
-        if shape is None or any(d is None for d in shape) or not inp.type.HasField("tensor_type"):
+    model.ir_version = proto.ir_version
+    model.opset_import.extend(proto.opset_import)
+    model.functions.extend(proto.functions)
+    mg = model.graph
+    mg.node.extend(protos[id(n)] for n in graph.nodes)
+    for vi in proto.graph.input:
+        if vi.name in graph.constants:
             continue
-        dims = inp.type.tensor_type.shape.dim
-        del dims[:]
-        for d in shape:
-            dims.add().dim_value = int(d)
+        new = mg.input.add()
+        new.CopyFrom(vi)
+        shape = graph.input_shapes.get(vi.name)
+        if shape is not None and new.type.HasField("tensor_type"):
+            dims = new.type.tensor_type.shape.dim
+            del dims[:]
+            for i, d in enumerate(shape):
+                if d is None:
+                    dims.add().dim_param = f"{vi.name}_dim{i}"
+                else:
+                    dims.add().dim_value = int(d)
+    used = {i for n in graph.nodes for i in n.inputs if i}
+    for name in used & graph.constants.keys():
+        arr = graph.constants[name]
+        if arr.size <= _INFERENCE_VALUE_LIMIT and arr.dtype != object:
+            mg.initializer.append(numpy_helper.from_array(arr, name))
+        else:  # shape inference needs only the type and shape of big weights
+            try:
+                elem = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+            except Exception:
+                continue
+            mg.input.append(onnx.helper.make_tensor_value_info(name, elem, arr.shape))
+    mg.output.extend(proto.graph.output)
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
         return  # shapes stay unknown; paths that need them decline
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.name in graph.constants:
+            continue
         shape = _static_shape(vi.type)
         if shape is not None and all(d is not None for d in shape):
             graph.shapes[vi.name] = tuple(int(d) for d in shape)  # type: ignore[arg-type]
@@ -160,31 +267,72 @@ def optimize(graph: Graph) -> None:
     remove_dead_nodes(graph)
 
 
-def fold_constants(graph: Graph) -> None:
-    """Evaluate on the CPU, once, every node whose inputs are all known at load time."""
+# A folded constant is held in memory for the session's life: an operand that asks for more
+# than this (Range to 1e12, ConstantOfShape of a huge shape) is a broken model, not a constant.
+FOLD_LIMIT_BYTES = 1 << 30
+
+
+def _folded_elements(node: Node, values: list[np.ndarray | None]) -> int | None:
+    """How many elements folding ``node`` would make, computed before making them, for the ops
+    whose output size is set by an operand's value; None for other ops."""
+    op = node.op_type
+    try:
+        if op == "Range" and len(values) == 3 and all(v is not None for v in values):
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in values)  # type: ignore[union-attr]
+            return 0 if delta == 0 else max(0, int(np.ceil((limit - start) / delta)))
+        if op == "ConstantOfShape" and values and values[0] is not None:
+            return int(np.prod([max(int(d), 0) for d in np.asarray(values[0]).reshape(-1)], dtype=np.float64))
+        if op == "Expand" and len(values) == 2 and values[0] is not None and values[1] is not None:
+            dims = [int(d) for d in np.asarray(values[1]).reshape(-1)]
+            shape = np.broadcast_shapes(values[0].shape, tuple(max(d, 1) for d in dims))
+            return int(np.prod(shape, dtype=np.float64))
+        if op == "Tile" and len(values) == 2 and values[0] is not None and values[1] is not None:
+            reps = [max(int(r), 0) for r in np.asarray(values[1]).reshape(-1)]
+            return int(values[0].size * np.prod(reps, dtype=np.float64))
+    except (ValueError, OverflowError, TypeError):
+        return None  # not a valid operand: left to run time, where the error names the node
+    return None
+
+
+def fold_constants(graph: Graph) -> bool:
+    """Evaluate on the CPU, once, every node whose inputs are all known at load time (and Shape /
+    Size of a tensor whose shape is static). Returns whether any node was folded. ModelError
+    names a node whose folded output would be larger than ``FOLD_LIMIT_BYTES``."""
     kept = []
     for node in graph.nodes:
         value = None
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             value = fallback.run_node("Constant", [], node.attrs, graph.opset)
         elif node.op_type in ("Shape", "Size") and node.inputs and graph.shape(node.inputs[0]) is not None:
-            x = np.empty(graph.shape(node.inputs[0]) or (), dtype=np.uint8)
+            x = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), graph.shape(node.inputs[0]),
+                                                (0,) * len(graph.shape(node.inputs[0]) or ()))
             value = fallback.run_node(node.op_type, [x], node.attrs, graph.opset)
         elif (node.domain in ("", "ai.onnx") and node.op_type not in _NOT_FOLDABLE
               and node.op_type in fallback.supported_ops()
               and all(i == "" or i in graph.constants for i in node.inputs) and node.outputs):
+            operands = [graph.constants.get(i) if i else None for i in node.inputs]
+            count = _folded_elements(node, operands)
+            if count is not None and count * 8 > FOLD_LIMIT_BYTES:
+                raise ModelError(f"node {node.name} ({node.op_type}): its output would have {count:.4g} elements, "
+                                 f"more than the {FOLD_LIMIT_BYTES >> 20} MiB a constant may take")
             try:
-                value = fallback.run_node(node.op_type, [graph.constants.get(i) if i else None for i in node.inputs],
-                                          node.attrs, graph.opset)
+                value = fallback.run_node(node.op_type, operands, node.attrs, graph.opset)
             except Exception:
                 value = None  # leave it to run time, where the error reaches the user with context
+            if value is not None and sum(v.nbytes for v in value) > FOLD_LIMIT_BYTES:
+                raise ModelError(f"node {node.name} ({node.op_type}): its folded output takes "
+                                 f"{sum(v.nbytes for v in value) >> 20} MiB, more than the "
+                                 f"{FOLD_LIMIT_BYTES >> 20} MiB a constant may take")
         if value is None:
             kept.append(node)
             continue
         for name, arr in zip(node.outputs, value):
             if name:
                 graph.constants[name] = np.asarray(arr)
+                graph.shapes.pop(name, None)
+    folded = len(kept) != len(graph.nodes)
     graph.nodes = kept
+    return folded
 
 
 def _single_consumer(graph: Graph, name: str, consumers: dict[str, list[Node]]) -> Node | None:

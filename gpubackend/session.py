@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .errors import DeviceError, GpuBackendError, InputError, OptionError, PathUnavailableError
+from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
 from .model import ModelLike, load_model, to_graph
 from .options import SessionOptions, override_free_dimensions
@@ -25,6 +25,42 @@ from .planner import Plan, place, segment_io
 
 log = logging.getLogger("gpubackend")
 
+# Compiled variants kept per session (one per input-shape / shape-value signature); the oldest goes.
+_MAX_VARIANTS = 16
+# An input of at most this many elements that defines shapes is specialised on its value.
+SHAPE_VALUE_LIMIT = 64
+
+# (op type, operand index) whose value defines an output's shape, axes or size.
+_SHAPE_OPERANDS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "Slice": (1, 2, 3, 4), "Split": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Pad": (1, 3),
+    "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,), "CumSum": (1,), "Trilu": (1,),
+    **{op: (1,) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+}
+# Ops through which a shape value is computed from an input (Concat of dims, Cast, arithmetic).
+_SHAPE_PLUMBING = {"Cast", "Concat", "Unsqueeze", "Squeeze", "Gather", "Slice", "Reshape", "Identity", "Add",
+                   "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Where", "Equal", "Not", "Flatten"}
+
+
+def shape_value_inputs(graph: Graph) -> list[str]:
+    """Graph inputs whose values (not only shapes) define the shapes or axes of other tensors,
+    directly or through shape plumbing: the session specialises on their values."""
+    producers = graph.producers()
+    found: set[str] = set()
+    todo = [n.inputs[i] for n in graph.nodes for i in _SHAPE_OPERANDS.get(n.op_type, ())
+            if i < len(n.inputs) and n.inputs[i]]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name in graph.constants:
+            continue
+        seen.add(name)
+        if name in graph.inputs:
+            found.add(name)
+        elif (node := producers.get(name)) is not None and node.op_type in _SHAPE_PLUMBING:
+            todo += [i for i in node.inputs if i]
+    return [n for n in graph.inputs if n in found]
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -85,11 +121,18 @@ class Session:
     explicitly replace its fields.
 
     GPU contexts belong to the thread that created them: run a session in the thread that
-    created it (a run from another thread raises GpuBackendError)."""
+    created it (a run from another thread raises GpuBackendError).
+
+    ``input_shapes`` (input name -> shape) pins the symbolic dimensions of inputs, so the session
+    is specialised and compiled for them at creation; feeds must then have those shapes.
+
+    Every tensor shape is made static for the shapes of the feeds (one compiled variant per
+    signature), and small inputs that define shapes (a Reshape's shape, Slice's starts, Resize's
+    sizes, reduction axes, ...) are specialised on their values the same way."""
 
     def __init__(self, model: ModelLike, path: str | None = None, precision: str | None = None,
                  fallback: bool | None = None, *, cpu_engine: str | None = None,
-                 options: SessionOptions | None = None):
+                 options: SessionOptions | None = None, input_shapes: Mapping[str, Any] | None = None):
         t0 = time.perf_counter()
         if options is not None and not isinstance(options, SessionOptions):
             raise OptionError(f"options must be a gpubackend.SessionOptions, not {type(options).__name__}")
@@ -108,7 +151,7 @@ class Session:
         self.cpu_engine = resolve_engine(opts.cpu_engine)  # "onnxruntime" or "numpy"
         self._owner = threading.get_ident()
         self._proto = override_free_dimensions(load_model(model), opts.free_dimension_overrides)
-        self._base_graph = to_graph(self._proto)
+        self._base_graph = to_graph(self._proto, input_shapes)
         self._notes: list[str] = []
         self._report: Any = None
         self._preference: list[str] = []  # GPU paths after self.path that nodes may also use
@@ -121,9 +164,10 @@ class Session:
         self.input_names = list(g.inputs)
         self.output_names = list(g.outputs)
         self._current: _Variant | None = None
+        self._shape_value_inputs = shape_value_inputs(g)
         static = {n: g.input_shapes.get(n) for n in g.inputs}
-        if all(s is not None and None not in s for s in static.values()):
-            self._current = self._variant((tuple(tuple(s) for s in static.values()), ()), static)  # type: ignore[arg-type]
+        if not self._shape_value_inputs and all(s is not None and None not in s for s in static.values()):
+            self._current = self._variant((tuple(tuple(s) for s in static.values()), (), ()), static)  # type: ignore[arg-type]
         self.creation_seconds = time.perf_counter() - t0
 
     @property
@@ -245,27 +289,51 @@ class Session:
         return [self._path(k) for k in keys]
 
     # ---- planning ----------------------------------------------------------------------
-    def _variant(self, key: tuple, shapes: Mapping[str, Any], outputs: tuple[str, ...] = ()) -> _Variant:
-        """The graph planned and compiled for these input shapes and (when not every output is
-        wanted) only the nodes ``outputs`` need."""
+    def _variant(self, key: tuple, shapes: Mapping[str, Any], outputs: tuple[str, ...] = (),
+                 values: Mapping[str, np.ndarray] | None = None) -> _Variant:
+        """The graph specialised, planned and compiled for these input shapes (and values of
+        shape-defining inputs) and (when not every output is wanted) only the nodes ``outputs``
+        need; made once per signature ``key``."""
         if key in self._variants:
             return self._variants[key]
         g = self._base_graph
-        if any(g.input_shapes.get(n) != tuple(s) for n, s in shapes.items()):
-            g = to_graph(self._proto, {n: tuple(s) for n, s in shapes.items()})
+        if values or any(g.input_shapes.get(n) != tuple(s) for n, s in shapes.items()):
+            g = to_graph(self._proto, {n: tuple(s) for n, s in shapes.items()}, values)
         if outputs:
             g = _needed_for(g, list(outputs))
         plan = place(g, g.nodes, self._candidates())
         variant = _Variant(g, plan, self._compile(g, plan.segments), {})
         self._index_last_use(variant)
+        if len(self._variants) >= _MAX_VARIANTS:  # e.g. a Reshape shape fed with a new value every run
+            oldest = next(iter(self._variants))
+            for seg in self._variants.pop(oldest).segments:
+                seg.close()
         self._variants[key] = variant
         return variant
 
     def _compile(self, g: Graph, segments: list[tuple[str, list[Node]]]) -> list[Segment]:
         compiled = []
         for (key, nodes), (ins, outs) in zip(segments, segment_io(g, segments)):
-            compiled.append(self._path(key).compile(nodes, g, ins, outs))
+            try:
+                compiled.append(self._path(key).compile(nodes, g, ins, outs))
+            except GpuBackendError:
+                raise
+            except Exception as exc:  # a path's own bug: say which node, as a GpuBackendError
+                culprit = self._failing_node(key, nodes, g)
+                where = f"node {culprit.name} ({culprit.op_type})" if culprit else \
+                    f"a segment of {len(nodes)} node(s) from {nodes[0].name} ({nodes[0].op_type})"
+                raise ModelError(f"compiling {where} on {key} failed: {type(exc).__name__}: {exc}") from exc
         return compiled
+
+    def _failing_node(self, key: str, nodes: list[Node], g: Graph) -> Node | None:
+        """The first node of a segment that fails to compile on its own (to name it in the error)."""
+        for node in nodes:
+            ((ins, outs),) = segment_io(g, [(key, [node])])
+            try:
+                self._path(key).compile([node], g, ins, outs or [o for o in node.outputs if o]).close()
+            except Exception:
+                return node
+        return None
 
     @staticmethod
     def _index_last_use(variant: _Variant) -> None:
@@ -321,8 +389,10 @@ class Session:
         if missing:
             raise InputError(f"unknown output name(s) {missing}; the model's outputs are {self.output_names}")
         wanted = tuple(dict.fromkeys(names)) if set(names) != set(self.output_names) else ()
-        key = (tuple(tuple(arrays[n].shape) for n in self.input_names), wanted)
-        variant = self._variant(key, {n: arrays[n].shape for n in self.input_names}, wanted)
+        values = {n: arrays[n] for n in self._shape_value_inputs if arrays[n].size <= SHAPE_VALUE_LIMIT}
+        key = (tuple(tuple(arrays[n].shape) for n in self.input_names), wanted,
+               tuple((n, v.dtype.str, v.tobytes()) for n, v in values.items()))
+        variant = self._variant(key, {n: arrays[n].shape for n in self.input_names}, wanted, values)
         self._current = variant
         if threading.get_ident() != self._owner and any(s.path != "cpu" for s in variant.segments):
             raise GpuBackendError("this session's GPU context belongs to the thread that created the session; "
@@ -381,8 +451,9 @@ class Session:
         plan = place(g, g.nodes, self._candidates())
         return _Variant(g, plan, [], {})
 
-    def explain(self) -> str:
-        """Which path ran what, and why nodes fell back."""
+    def explain(self, verbose: bool = False) -> str:
+        """Which path ran what, and why nodes left the chosen path: grouped by where they went and
+        why, with counts per op type; ``verbose=True`` adds one line per node."""
         variant = self._current or self._plan_for_report()
         lines = [f"requested path: {self.requested_path}; chosen: {self.path}; precision: {self.precision}; "
                  f"fallback: {self.fallback}; cpu engine: {self.cpu_engine}"]
@@ -397,7 +468,19 @@ class Session:
         fell = [(n, r) for n, r in variant.plan.reasons.items() if variant.plan.placement.get(n) != self.path]
         if fell:
             lines.append(f"{len(fell)} node(s) not on {self.path}:")
-            lines += [f"  {n} -> {variant.plan.placement.get(n)}: {'; '.join(r)}" for n, r in fell]
+            ops = {n.name: n.op_type for n in variant.graph.nodes}
+            groups: dict[tuple[str, str], dict[str, int]] = {}
+            for name, reasons in fell:
+                own = [r.split(": ", 1)[1] for r in reasons if r.startswith(self.path + ": ")]
+                group = groups.setdefault((variant.plan.placement.get(name, "?"), "; ".join(own or reasons)), {})
+                group[ops.get(name, "?")] = group.get(ops.get(name, "?"), 0) + 1
+            for (dest, why), by_op in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
+                listed = ", ".join(f"{op} ({k})" for op, k in sorted(by_op.items(), key=lambda kv: -kv[1]))
+                lines.append(f"  {self.path} -> {dest}: {sum(by_op.values())} node(s): {listed}: {why}")
+            if verbose:
+                lines.append("per node:")
+                lines += [f"  {n} ({ops.get(n, '?')}) -> {variant.plan.placement.get(n)}: {'; '.join(r)}"
+                          for n, r in fell]
         fused = {k: v for k, v in variant.graph.fused.items() if v}
         if fused:
             lines.append("fused: " + ", ".join(f"{k} <- {'+'.join(v)}" for k, v in fused.items()))
