@@ -280,6 +280,11 @@ def attach_current_gl_context() -> Any:
         return ctx
 
 
+def gl_context_thread() -> int | None:
+    """The ident of the thread that owns the shared GL context (None before there is one)."""
+    return _state["thread"]
+
+
 def gl_context_kind() -> str:
     """How the current shared GL context was made ("" before any): one of
     ``egl-surfaceless-gles egl-device-gles egl-default-gles moderngl-standalone-gl attached``."""

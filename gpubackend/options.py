@@ -26,6 +26,7 @@ from .paths import GPU_PATH_KEYS, PATH_KEYS
 from .paths.cpu import CPU_ENGINES
 
 PRECISIONS = ("fp32", "fp16")
+THREAD_MODES = ("auto", "worker", "caller")
 
 # Environment variables that override a field, and how their text becomes the field's value.
 ENV_PATH = "GPUBACKEND_PATH"
@@ -35,6 +36,7 @@ ENV_GLES3_TARGETS = "GPUBACKEND_GLES3_TARGETS"
 ENV_BLAS_THREADS = "GPUBACKEND_BLAS_THREADS"
 ENV_DISABLE = "GPUBACKEND_DISABLE"
 ENV_CPU_ENGINE = "GPUBACKEND_CPU_ENGINE"
+ENV_THREAD = "GPUBACKEND_SESSION_THREAD"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -84,6 +86,13 @@ class SessionOptions:
       (``GPUBACKEND_VULKAN_RECORD=0`` records every run).
     - ``blas_threads``: NumPy BLAS threads while the numpy CPU engine runs (None: 1; set for the
       duration of each run and restored after, never process-wide; ``GPUBACKEND_BLAS_THREADS``).
+    - ``thread``: where the session's GPU work runs (``GPUBACKEND_SESSION_THREAD``). "worker": on
+      the process's GPU thread (:mod:`gpubackend.worker`), so any thread may create, run and share
+      the session. "caller": on the thread that created the session (runs from other threads
+      raise). "auto": "worker", except for a GL session created while the GL context belongs to
+      the creating thread, or created on the main thread before any GL context exists, which
+      stays "caller" (the GL context is process-wide and bound to one thread, so code that uses
+      GL directly on the main thread keeps working).
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
     ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
@@ -109,6 +118,7 @@ class SessionOptions:
     gles3_render_targets: int | None = None
     vulkan_record_once: bool = True
     blas_threads: int | None = None
+    thread: str = "auto"
     # onnxruntime-compatible fields (see the class docstring)
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
@@ -162,6 +172,8 @@ class SessionOptions:
             raise OptionError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.cpu_engine not in CPU_ENGINES:
             raise OptionError(f"cpu_engine must be one of {CPU_ENGINES}, not {self.cpu_engine!r}")
+        if self.thread not in THREAD_MODES:
+            raise OptionError(f"thread must be one of {THREAD_MODES}, not {self.thread!r}")
         bad = [p for p in self.disabled_paths if p not in PATH_KEYS or p == "cpu"]
         if bad:
             raise OptionError(f"disabled_paths {sorted(bad)} are not GPU path keys")
@@ -196,6 +208,8 @@ class SessionOptions:
             out.blas_threads = _env_int(env, ENV_BLAS_THREADS)
         if env.get(ENV_CPU_ENGINE, "").strip():
             out.cpu_engine = env[ENV_CPU_ENGINE].strip()
+        if env.get(ENV_THREAD, "").strip():
+            out.thread = env[ENV_THREAD].strip()
         if env.get(ENV_DISABLE, "").strip():
             extra = {p.strip() for p in env[ENV_DISABLE].split(",") if p.strip() in GPU_PATH_KEYS}
             out.disabled_paths = frozenset(out.disabled_paths) | extra

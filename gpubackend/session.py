@@ -7,13 +7,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
 
+from . import worker
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
 from .model import ModelLike, load_model, to_graph
@@ -22,6 +24,8 @@ from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path
 from .paths.base import Path, RunStats, Segment
 from .paths.cpu import resolve_engine
 from .planner import Plan, place, segment_io
+
+T = TypeVar("T")
 
 log = logging.getLogger("gpubackend")
 
@@ -120,8 +124,10 @@ class Session:
     ``options``: a :class:`SessionOptions` with every other knob; keyword arguments given
     explicitly replace its fields.
 
-    GPU contexts belong to the thread that created them: run a session in the thread that
-    created it (a run from another thread raises GpuBackendError).
+    Threads: any thread may run a session, and several may share one (runs are serialised per
+    session). GPU work runs on the process's GPU thread (:mod:`gpubackend.worker`) unless
+    ``options.thread`` keeps it on the creating thread (see :class:`SessionOptions`).
+    :meth:`run_async` returns a future.
 
     ``input_shapes`` (input name -> shape) pins the symbolic dimensions of inputs, so the session
     is specialised and compiled for them at creation; feeds must then have those shapes.
@@ -150,12 +156,15 @@ class Session:
         self.fallback = opts.fallback
         self.cpu_engine = resolve_engine(opts.cpu_engine)  # "onnxruntime" or "numpy"
         self._owner = threading.get_ident()
+        self._lock = threading.RLock()
+        self._async: ThreadPoolExecutor | None = None
         self._proto = override_free_dimensions(load_model(model), opts.free_dimension_overrides)
         self._base_graph = to_graph(self._proto, input_shapes)
         self._notes: list[str] = []
         self._report: Any = None
         self._preference: list[str] = []  # GPU paths after self.path that nodes may also use
         self.path = self._choose_path()
+        self.thread_mode = self._thread_mode()
         self._paths: dict[str, Path] = {}
         self._broken: set[str] = set()
         self._variants: dict[tuple, _Variant] = {}
@@ -167,8 +176,42 @@ class Session:
         self._shape_value_inputs = shape_value_inputs(g)
         static = {n: g.input_shapes.get(n) for n in g.inputs}
         if not self._shape_value_inputs and all(s is not None and None not in s for s in static.values()):
-            self._current = self._variant((tuple(tuple(s) for s in static.values()), (), ()), static)  # type: ignore[arg-type]
+            key = (tuple(tuple(s) for s in static.values()), (), ())  # type: ignore[union-attr]
+            self._current = self._device(self._variant, key, static)
         self.creation_seconds = time.perf_counter() - t0
+
+    # ---- threads -----------------------------------------------------------------------
+    def _thread_mode(self) -> str:
+        """"inline" (CPU only: the caller's thread), "worker" (the GPU thread) or "caller"."""
+        gpu = [k for k in self.path_order if k != "cpu"]
+        if not gpu:
+            return "inline"
+        mode = self.options.thread
+        if mode != "auto" or all(k == "vulkan" for k in gpu):
+            return "worker" if mode == "auto" else mode
+        owner = worker.gl_owner_thread()
+        if owner is None:
+            return "caller" if threading.current_thread() is threading.main_thread() else "worker"
+        return "worker" if owner == worker.gpu_thread_ident() else "caller"
+
+    def _device(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn`` where this session's GPU objects live."""
+        if self.thread_mode == "worker":
+            return worker.call_on_gpu_thread(fn, *args)
+        if self.thread_mode == "caller" and threading.get_ident() != self._owner:
+            raise GpuBackendError(
+                "this session's GPU work stays on the thread that created it (the process's GL context "
+                "belongs to that thread); run it there, or create it with "
+                "SessionOptions(thread='worker') before anything else uses GL")
+        return fn(*args)
+
+    def run_async(self, feeds: Mapping[str, Any], output_names: list[str] | None = None) -> Future:
+        """:meth:`run` in the background; returns a ``concurrent.futures.Future`` of its outputs.
+        Runs submitted to one session complete in submission order."""
+        with self._lock:
+            if self._async is None:
+                self._async = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpubackend-run")
+            return self._async.submit(self.run, feeds, output_names)
 
     @property
     def model_proto(self) -> onnx.ModelProto:
@@ -392,26 +435,25 @@ class Session:
         values = {n: arrays[n] for n in self._shape_value_inputs if arrays[n].size <= SHAPE_VALUE_LIMIT}
         key = (tuple(tuple(arrays[n].shape) for n in self.input_names), wanted,
                tuple((n, v.dtype.str, v.tobytes()) for n, v in values.items()))
-        variant = self._variant(key, {n: arrays[n].shape for n in self.input_names}, wanted, values)
-        self._current = variant
-        if threading.get_ident() != self._owner and any(s.path != "cpu" for s in variant.segments):
-            raise GpuBackendError("this session's GPU context belongs to the thread that created the session; "
-                                  "run it from that thread, or create one session per thread")
-        stats = RunStats(profile=bool(profile))
-        env: dict[str, np.ndarray] = dict(arrays)
-        idx = 0
-        while idx < len(variant.segments):
-            seg = variant.segments[idx]
-            try:
-                env.update(seg.run({n: env[n] for n in seg.inputs}, stats))
-            except _driver_errors() as exc:
-                self._recover(variant, idx, exc)
-                continue
-            for name in seg.inputs:
-                if variant.last_use.get(name) == idx and name not in variant.graph.outputs:
-                    env.pop(name, None)
-            idx += 1
-        self.stats = stats
+        with self._lock:
+            variant = self._device(self._variant, key, {n: arrays[n].shape for n in self.input_names}, wanted, values)
+            self._current = variant
+            stats = RunStats(profile=bool(profile))
+            env: dict[str, np.ndarray] = dict(arrays)
+            idx = 0
+            while idx < len(variant.segments):
+                seg = variant.segments[idx]
+                feed = {n: env[n] for n in seg.inputs}
+                try:
+                    env.update(seg.run(feed, stats) if seg.path == "cpu" else self._device(seg.run, feed, stats))
+                except _driver_errors() as exc:
+                    self._device(self._recover, variant, idx, exc)
+                    continue
+                for name in seg.inputs:
+                    if variant.last_use.get(name) == idx and name not in variant.graph.outputs:
+                        env.pop(name, None)
+                idx += 1
+            self.stats = stats
         consts = variant.graph.constants
         return [env[n] if n in env else np.array(consts[n]) for n in names]
 
@@ -438,7 +480,7 @@ class Session:
     @property
     def placement(self) -> dict[str, str]:
         """Node name -> path key that runs it (fused nodes share their producer's path)."""
-        variant = self._current or self._plan_for_report()
+        variant = self._current or self._device(self._plan_for_report)
         out = {}
         for name, key in variant.plan.placement.items():
             out[name] = key
@@ -454,7 +496,7 @@ class Session:
     def explain(self, verbose: bool = False) -> str:
         """Which path ran what, and why nodes left the chosen path: grouped by where they went and
         why, with counts per op type; ``verbose=True`` adds one line per node."""
-        variant = self._current or self._plan_for_report()
+        variant = self._current or self._device(self._plan_for_report)
         lines = [f"requested path: {self.requested_path}; chosen: {self.path}; precision: {self.precision}; "
                  f"fallback: {self.fallback}; cpu engine: {self.cpu_engine}"]
         lines += [f"  {note}" for note in self._notes]
@@ -502,6 +544,14 @@ class Session:
         return [n for n, k in self.placement.items() if k != self.path]
 
     def close(self) -> None:
+        """Release the session's GPU objects (waits for runs in flight). Safe to call twice."""
+        pending, self._async = self._async, None
+        if pending is not None:
+            pending.shutdown(wait=True)  # outside the lock: the queued runs take it
+        with self._lock:
+            self._device(self._release)
+
+    def _release(self) -> None:
         for variant in self._variants.values():
             for seg in variant.segments:
                 seg.close()
