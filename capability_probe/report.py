@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PATH_KEYS = ("vulkan", "gles31", "gles3", "gles2", "cpu")  # best first
 GPU_PATH_KEYS = PATH_KEYS[:-1]
+PREFER_SOFTWARE_ENV = "GPUBACKEND_PREFER_SOFTWARE"
 
 
 @dataclass
@@ -48,10 +50,15 @@ class ProbeReport:
 
     @property
     def preferred_path(self) -> str:
-        """Best verified path that is not a software renderer, else ``"cpu"``."""
+        """What ``path="auto"`` runs on: the best verified path that is not a software renderer,
+        else ``"cpu"``; with ``GPUBACKEND_PREFER_SOFTWARE=1`` software renderers count too."""
+        return self.preferred_path_for(os.environ.get(PREFER_SOFTWARE_ENV, "").strip() == "1")
+
+    def preferred_path_for(self, prefer_software: bool) -> str:
+        """The best verified path; software renderers count only with ``prefer_software``."""
         for key in GPU_PATH_KEYS:
             v = self.paths.get(key)
-            if v is not None and v.available and v.verified and not v.software:
+            if v is not None and v.available and v.verified and (prefer_software or not v.software):
                 return key
         return "cpu"
 
@@ -75,6 +82,7 @@ class ProbeReport:
             v.preferred = k == pref
 
     def to_dict(self) -> dict[str, Any]:
+        self.mark_preferred()  # the environment may have changed since the verdicts were cached
         d = asdict(self)
         d["preferred_path"] = self.preferred_path
         return d
@@ -107,7 +115,8 @@ class ProbeReport:
             reason = v.reason
             if v.disabled_kernels:
                 reason += f" [disabled: {', '.join(v.disabled_kernels)}]"
-            rows.append((key, _yn(v.available), _yn(v.verified), _yn(v.preferred), _yn(v.software), err, reason))
+            rows.append((key, _yn(v.available), _yn(v.verified), _yn(key == self.preferred_path), _yn(v.software),
+                         err, reason))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         lines = []
         for r in rows:

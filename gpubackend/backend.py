@@ -7,6 +7,8 @@ path with :func:`for_path` for harnesses that only pass ``device``."""
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,13 +16,35 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from .errors import InputError
+from .errors import GpuBackendError, InputError, OptionError
 from .session import Session
+
+log = logging.getLogger("gpubackend")
+
+
+def _close_quietly(session: Session) -> None:
+    try:
+        session.close()
+    except GpuBackendError as exc:  # e.g. collected on a thread that cannot reach its GL context
+        log.warning("could not close a backend session: %s", exc)
 
 
 class GpuBackendRep(BackendRep):
+    """A prepared model. Its session is closed by :meth:`close` (or ``with``), or when the
+    rep is garbage-collected."""
+
     def __init__(self, session: Session):
         self.session = session
+        self._finalizer = weakref.finalize(self, _close_quietly, session)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> GpuBackendRep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         names = self.session.input_names
@@ -48,7 +72,7 @@ class GpuBackend(Backend):
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> GpuBackendRep:
         if not cls.supports_device(device):
-            raise ValueError(f"gpubackend takes and returns host arrays; device {device!r} is not supported")
+            raise OptionError(f"gpubackend takes and returns host arrays; device {device!r} is not supported")
         session = Session(model, path=kwargs.get("path", cls.default_path),
                           precision=kwargs.get("precision", cls.default_precision),
                           fallback=kwargs.get("fallback", cls.default_fallback))
@@ -56,7 +80,8 @@ class GpuBackend(Backend):
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
-        return cls.prepare(model, device, **kwargs).run(inputs)
+        with cls.prepare(model, device, **kwargs) as rep:
+            return rep.run(inputs)
 
     @classmethod
     def run_node(cls, node: onnx.NodeProto, inputs: Sequence[Any], device: str = "CPU",
@@ -79,8 +104,8 @@ class GpuBackend(Backend):
         graph_outputs = [inferred.get(n) or onnx.helper.make_tensor_value_info(n, elem, []) for n in node.output if n]
         graph = onnx.helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
         model = onnx.helper.make_model(graph, opset_imports=opsets)
-        rep = cls.prepare(model, device, **kwargs)
-        return rep.run({n: a for n, a in zip(in_names, arrays) if n})
+        with cls.prepare(model, device, **kwargs) as rep:
+            return rep.run({n: a for n, a in zip(in_names, arrays) if n})
 
 
 def for_path(path: str, precision: str = "fp32", fallback: bool = True) -> type[GpuBackend]:

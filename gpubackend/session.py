@@ -194,6 +194,14 @@ class Session:
             return "caller" if threading.current_thread() is threading.main_thread() else "worker"
         return "worker" if owner == worker.gpu_thread_ident() else "caller"
 
+    def _reachable(self, key: str) -> bool:
+        """False for a GL path when this session works on the GPU thread but the process's GL
+        context belongs to another thread (a run-time fallback must not pick it)."""
+        if key == "vulkan" or key == "cpu" or self.thread_mode != "worker":
+            return True
+        owner = worker.gl_owner_thread()
+        return owner is None or owner == worker.gpu_thread_ident()
+
     def _device(self, fn: Callable[..., T], *args: Any) -> T:
         """Call ``fn`` where this session's GPU objects live."""
         if self.thread_mode == "worker":
@@ -287,19 +295,20 @@ class Session:
     def _auto_path(self) -> str:
         try:
             report = self._probe()
-            if self.options.prefer_software:
-                chosen = next(k for k in report.usable_paths() if k not in self.options.disabled_paths)
-                self._notes.append(f"auto: {chosen} is the best verified path "
-                                   "(prefer_software / GPUBACKEND_PREFER_SOFTWARE=1 lets software drivers count)")
-            elif (measured := self._measured_choice(report)) is not None:
+            if (measured := self._measured_choice(report)) is not None and not self.options.prefer_software:
                 chosen, why = measured
                 self._notes.append(f"auto: {why}")
             else:
-                chosen = report.preferred_path
-                self._notes.append(f"auto: the probe prefers {chosen}"
-                                   + (" (software GPU drivers are not preferred over the CPU;"
-                                      " `gpubackend bench --record` can measure them)"
-                                      if chosen == "cpu" else ""))
+                # the same rule as the probe's table (ProbeReport.preferred_path), so they agree
+                chosen = report.preferred_path_for(self.options.prefer_software)
+                if self.options.prefer_software:
+                    self._notes.append(f"auto: {chosen} is the best verified path (prefer_software / "
+                                       "GPUBACKEND_PREFER_SOFTWARE=1 lets software drivers count)")
+                else:
+                    self._notes.append(f"auto: the probe prefers {chosen}"
+                                       + (" (software GPU drivers are not preferred over the CPU;"
+                                          " `gpubackend bench --record` can measure them)"
+                                          if chosen == "cpu" else ""))
             if chosen in self.options.disabled_paths:
                 self._notes.append(f"auto: {chosen} is disabled by the session options; using cpu")
                 chosen = "cpu"
@@ -326,7 +335,8 @@ class Session:
             if not any(k != "cpu" for k in keys) and self.path != "cpu":
                 # every requested GPU path broke at run time: the next usable path, then cpu
                 start = PATH_KEYS.index(self.path) + 1
-                keys = [k for k in GPU_PATH_KEYS[start:] if k not in self._broken and self._usable(k)[0]][:1]
+                keys = [k for k in GPU_PATH_KEYS[start:]
+                        if k not in self._broken and self._reachable(k) and self._usable(k)[0]][:1]
             if "cpu" not in keys:
                 keys.append("cpu")
         return [self._path(k) for k in keys]
