@@ -86,7 +86,7 @@ def _static_shape(type_proto: onnx.TypeProto) -> tuple[int | None, ...] | None:
                  for d in type_proto.tensor_type.shape.dim)
 
 
-def _declared_shape(name: str, type_proto: onnx.TypeProto) -> tuple[int | None, ...] | None:
+def declared_shape(name: str, type_proto: onnx.TypeProto) -> tuple[int | None, ...] | None:
     """A graph input's declared shape. -1, 0 and named dims are symbolic (exporters write all three
     for "any size"); another negative number is not a shape, so ModelError."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
@@ -153,7 +153,7 @@ def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_val
     except Exception as exc:
         raise ModelError(f"cannot read the model's initializers: {exc}") from exc
     inputs = [i.name for i in g.input if i.name not in constants]
-    declared = {i.name: _declared_shape(i.name, i.type) for i in g.input if i.name not in constants}
+    declared = {i.name: declared_shape(i.name, i.type) for i in g.input if i.name not in constants}
     unknown = [n for n in list(input_shapes) + list(input_values) if n not in declared]
     if unknown:
         raise OptionError(f"no model input named {', '.join(map(repr, unknown))}; the inputs are {inputs}")

@@ -3,6 +3,8 @@ known, shape-defining integers given at run time, folded-size limits, and the er
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -214,3 +216,38 @@ def test_onnx_node_cases_with_runtime_shapes(case, path):
 
     sess = run_node_case(case, path, fallback=False)
     assert set(sess.placement.values()) == {path}
+
+
+# ---- --shape on the command line ---------------------------------------------------------------
+def test_cli_run_needs_and_takes_shape(tmp_path, capsys):
+    from gpubackend.cli import main
+
+    model = tmp_path / "svtr.onnx"
+    onnx.save(svtr_like(), model)
+    assert main(["run", str(model), "--path", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "'x'" in err and "--shape x=?x3x32x?" in err, err
+    assert main(["run", str(model), "--path", "cpu", "--shape", "x=2x3x32x40", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["outputs"][0]["shape"] == [2, 80, 8]
+    assert main(["run", str(model), "--path", "cpu", "--shape", "x=2x4x32x40"]) == 1  # declared 3 channels
+    assert "does not fit its declared shape" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", str(model), "--shape", "x=2xfoo"])
+
+
+def test_cli_bench_needs_and_takes_shape(tmp_path, capsys):
+    from gpubackend.cli import main
+
+    model = tmp_path / "svtr.onnx"
+    onnx.save(svtr_like(), model)
+    assert main(["bench", str(model), "--paths", "cpu", "--runs", "1", "--warmup", "0", "--no-cold", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "'x'" in err and "--shape" in err, err
+    out = tmp_path / "bench.json"
+    assert main(["bench", str(model), "--paths", "cpu", "--runs", "1", "--warmup", "0", "--quiet",
+                 "--shape", "x=1x3x32x64", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["model"]["inputs"] == {"x": [1, 3, 32, 64]} and result["model"]["gflop"] > 0
+    cpu = result["paths"]["cpu"]
+    assert "latency_ms" in cpu and cpu["cold"]["first_run_s"] > 0, cpu  # the cold-start child got the shape too

@@ -1,5 +1,5 @@
 """Child process for cold and warm start: ``python -m gpubackend.bench.coldstart MODEL PATH
-PRECISION`` creates one session and runs it once, printing one JSON line with ``import_s``,
+PRECISION [SHAPES_JSON]`` creates one session and runs it once, printing one JSON line with ``import_s``,
 ``probe_s`` (0 for cpu: the CPU path needs no probe), ``session_s`` (model load, planning,
 shader compilation, weight packing), ``create_s`` (probe + session), ``first_run_s`` and the
 path the session really chose. The parent picks the cache directory
@@ -13,7 +13,9 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    model, path, precision = (argv if argv is not None else sys.argv[1:])[:3]
+    args = argv if argv is not None else sys.argv[1:]
+    model, path, precision = args[:3]
+    shapes = json.loads(args[3]) if len(args) > 3 else {}  # input name -> shape, from --shape
     t0 = time.perf_counter()
     import gpubackend
 
@@ -25,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         gpubackend.probe()
         probe_s = time.perf_counter() - t1
     t2 = time.perf_counter()
-    sess = gpubackend.Session(model, path=path, precision=precision)
+    sess = gpubackend.Session(model, path=path, precision=precision, input_shapes=shapes)
     t3 = time.perf_counter()
-    feeds = make_inputs(model)
+    feeds = make_inputs(model, 0, shapes)
     t4 = time.perf_counter()
     sess.run(feeds)
     t5 = time.perf_counter()

@@ -54,6 +54,7 @@ class BenchOptions:
     cold_full_probe: bool = False  # cold start verifies every path (as auto does), not just the one timed
     progress: bool = True
     seed: int = 0
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pins dynamic inputs
 
 
 # ---- models and inputs ------------------------------------------------------------------------
@@ -70,19 +71,33 @@ def resolve_model(spec: str) -> tuple[str, bytes]:
     return p.stem, p.read_bytes()
 
 
-def make_inputs(model: str | bytes | onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for every graph input: uniform [0, 1) floats (integers 0..9), symbolic
-    dimensions set to 1."""
+def make_inputs(model: str | bytes | onnx.ModelProto, seed: int = 0,
+                input_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input: uniform [0, 1) floats (integers 0..9), of the declared
+    shape or the one in ``input_shapes``. An input with a symbolic dimension and no given shape is
+    an InputError naming it and ``--shape`` (a guessed size would benchmark another workload)."""
+    from ..errors import InputError
+    from ..model import declared_shape, pin_shape
+
     proto = model if isinstance(model, onnx.ModelProto) else (
         onnx.load_model_from_string(model) if isinstance(model, bytes) else onnx.load(model))
     rng = np.random.default_rng(seed)
     inits = {i.name for i in proto.graph.initializer}
+    given = input_shapes or {}
     feeds = {}
     for inp in proto.graph.input:
         if inp.name in inits:
             continue
         tt = inp.type.tensor_type
-        shape = [d.dim_value if d.dim_value > 0 else 1 for d in tt.shape.dim]
+        declared = declared_shape(inp.name, inp.type)
+        if inp.name in given:
+            shape = list(pin_shape(inp.name, declared, given[inp.name]))
+        elif declared is None or None in declared:
+            shown = "x".join("?" if d is None else str(d) for d in declared or ())
+            raise InputError(f"input {inp.name!r} has a dynamic shape ({shown or 'unknown'}): give its shape with "
+                             f"--shape {inp.name}={shown or '1x3xHxW'} (each ? a size; input_shapes= in the API)")
+        else:
+            shape = list(declared)  # type: ignore[arg-type]
         dtype = _DTYPES.get(tt.elem_type, np.float32)
         if np.issubdtype(dtype, np.floating):
             feeds[inp.name] = rng.random(shape).astype(dtype)
@@ -91,18 +106,19 @@ def make_inputs(model: str | bytes | onnx.ModelProto, seed: int = 0) -> dict[str
     return feeds
 
 
-def model_info(name: str, model_bytes: bytes) -> dict[str, Any]:
+def model_info(name: str, model_bytes: bytes, input_shapes: dict[str, tuple[int, ...]] | None = None
+               ) -> dict[str, Any]:
     import hashlib
 
     from ..model import load_model, to_graph
 
     proto = load_model(model_bytes)
-    graph = to_graph(proto)
+    graph = to_graph(proto, input_shapes)
     ops = Counter(n.op_type for n in proto.graph.node)
     return {"name": name, "sha256": hashlib.sha256(model_bytes).hexdigest(), "bytes": len(model_bytes),
             "onnx_nodes": len(proto.graph.node), "nodes_after_fusion": len(graph.nodes),
             "gflop": roofline.total_flops(graph) / 1e9, "op_types": dict(ops.most_common()),
-            "inputs": {k: list(v.shape) for k, v in make_inputs(proto).items()}}
+            "inputs": {k: list(v.shape) for k, v in make_inputs(proto, 0, input_shapes).items()}}
 
 
 def machine_info() -> dict[str, Any]:
@@ -122,8 +138,10 @@ def machine_info() -> dict[str, Any]:
 
 
 # ---- cold / warm start -----------------------------------------------------------------------------
-def _child(model_file: str, path: str, precision: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "gpubackend.bench.coldstart", model_file, path, precision]
+def _child(model_file: str, path: str, precision: str, env: dict[str, str], timeout: float,
+           input_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "gpubackend.bench.coldstart", model_file, path, precision,
+           json.dumps({k: list(v) for k, v in (input_shapes or {}).items()})]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -140,7 +158,7 @@ def _child(model_file: str, path: str, precision: str, env: dict[str, str], time
 
 
 def cold_warm(model_file: str, path: str, precision: str = "fp32", timeout: float = 300.0,
-              full_probe: bool = False) -> dict[str, Any]:
+              full_probe: bool = False, input_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """Cold start in a child with a fresh, empty ``GPUBACKEND_CACHE_DIR`` (and Mesa shader cache),
     then warm start in a second child reusing them. Unless ``full_probe``, the probe verifies
     only ``path`` (the other GPU paths go in ``GPUBACKEND_DISABLE``), so each path's cold start
@@ -152,8 +170,9 @@ def cold_warm(model_file: str, path: str, precision: str = "fp32", timeout: floa
         env.pop("GPUBACKEND_PATH", None)
         if not full_probe:
             env["GPUBACKEND_DISABLE"] = ",".join(k for k in GPU_PATH_KEYS if k != path)
-        cold = _child(model_file, path, precision, env, timeout)
-        warm = _child(model_file, path, precision, env, timeout) if "error" not in cold else {"error": "cold failed"}
+        cold = _child(model_file, path, precision, env, timeout, input_shapes)
+        warm = (_child(model_file, path, precision, env, timeout, input_shapes) if "error" not in cold
+                else {"error": "cold failed"})
     return {"cold": cold, "warm": warm, "warm_over_cold": ratio(warm.get("create_s"), cold.get("create_s")),
             "cold_probe": "every path" if full_probe else f"{path} only"}
 
@@ -254,9 +273,9 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
 
     from ..model import load_model, to_graph
 
-    graph = to_graph(load_model(model_bytes))
+    feeds = make_inputs(model_bytes, opts.seed, opts.input_shapes)  # first: a missing --shape fails fast
+    graph = to_graph(load_model(model_bytes), opts.input_shapes)
     op_of = {n.name: n.op_type for n in graph.nodes}
-    feeds = make_inputs(model_bytes, opts.seed)
     try:
         report = gpubackend.probe()
     except Exception as exc:  # noqa: BLE001 - the cpu path needs no probe
@@ -275,7 +294,7 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
         steps += len(paths)
     bar = Progress(steps, enabled=opts.progress)
     result: dict[str, Any] = {
-        "model": model_info(name, model_bytes), "machine": machine_info(),
+        "model": model_info(name, model_bytes, opts.input_shapes), "machine": machine_info(),
         "options": {"paths": paths, "cpu_engines": engines, "precision": opts.precision, "runs": opts.runs,
                     "warmup": opts.warmup,
                     "compare": compare, "profile": opts.profile, "roofline": opts.roofline, "cold": opts.cold,
@@ -298,7 +317,8 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
             res[key] = {"kind": "path"}
             if opts.cold and tmp_model:
                 bar.show(f"{key}: cold start (fresh cache, child process)")
-                res[key].update(cold_warm(tmp_model, key, opts.precision, opts.cold_timeout, opts.cold_full_probe))
+                res[key].update(cold_warm(tmp_model, key, opts.precision, opts.cold_timeout, opts.cold_full_probe,
+                                          opts.input_shapes))
                 bar.step(f"{key}: cold + warm start", 2)
     finally:
         if tmp_model:
@@ -320,7 +340,8 @@ def bench_model(name: str, model_bytes: bytes, opts: BenchOptions) -> dict[str, 
             continue
         try:
             t0 = time.perf_counter()
-            sess = gpubackend.Session(model_bytes, path=path_key, precision=opts.precision, cpu_engine=engine or None)
+            sess = gpubackend.Session(model_bytes, path=path_key, precision=opts.precision, cpu_engine=engine or None,
+                                      input_shapes=opts.input_shapes)
             entry["creation_s"] = time.perf_counter() - t0
             if path_key == "cpu":
                 entry["engine"] = sess.cpu_engine

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from . import add_shape_option, shapes_of
+
 PATH_CHOICES = ("vulkan", "gles31", "gles3", "gles2", "cpu")
 
 
@@ -34,6 +36,7 @@ def register(subparsers: Any) -> None:
                     "microbenchmarks.",
     )
     p.add_argument("model", nargs="*", metavar="MODEL", help="one or more .onnx files, or 'selfie'")
+    add_shape_option(p)
     p.add_argument("--paths", type=_paths, default=None,
                    help="comma list of paths (default: every path the probe verified, plus cpu)")
     p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                         compare=list(dict.fromkeys(args.compare)), profile=profile, profile_runs=args.profile_runs,
                         roofline=args.roofline, cold=args.cold, progress=not args.quiet,
                         cold_full_probe=args.cold_full_probe, cold_timeout=args.cold_timeout,
-                        slow_run_s=args.slow_run)
+                        slow_run_s=args.slow_run, input_shapes=shapes_of(args))
     results = []
     for i, spec in enumerate(args.model):
         name, data = resolve_model(spec)

@@ -12,15 +12,17 @@ import numpy as np
 from ..errors import InputError
 from ..paths import PATH_KEYS
 from ..session import Session
+from . import add_shape_option, shapes_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a model on inputs from .npy files",
                        description="Run an ONNX model once. Inputs not given are filled with seeded random values "
-                                   "of the model's declared shape.")
+                                   "of the model's declared shape (or the --shape given).")
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input array (repeat for several inputs)")
+    add_shape_option(p)
     p.add_argument("--path", default="auto", choices=("auto",) + PATH_KEYS, help="code path (default: auto)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
     p.add_argument("--no-fallback", action="store_true", help="fail instead of running unsupported nodes on cpu")
@@ -49,7 +51,9 @@ def _load_inputs(specs: list[str], sess: Session) -> dict[str, np.ndarray]:
         if name not in feeds:
             shape = graph.input_shapes.get(name)
             if shape is None or None in shape:
-                raise InputError(f"input {name!r} has a symbolic shape {shape}; give it with --input")
+                shown = "unknown" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+                raise InputError(f"input {name!r} has a dynamic shape ({shown}): give its shape with --shape "
+                                 f"{name}={shown} (each ? a size), or an array with --input {name}=FILE.npy")
             dtype = graph.dtypes.get(name, np.dtype(np.float32))
             feeds[name] = rng.random(shape).astype(dtype)  # type: ignore[arg-type]
     return feeds
@@ -57,7 +61,8 @@ def _load_inputs(specs: list[str], sess: Session) -> dict[str, np.ndarray]:
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    sess = Session(args.model, path=args.path, precision=args.precision, fallback=not args.no_fallback)
+    sess = Session(args.model, path=args.path, precision=args.precision, fallback=not args.no_fallback,
+                   input_shapes=shapes_of(args))
     created = time.perf_counter() - t0
     feeds = _load_inputs(args.input, sess)
     times = []
