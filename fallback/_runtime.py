@@ -3,7 +3,7 @@
 Nothing here runs at import: importing ``fallback`` (or ``gpubackend``) changes no process-wide
 setting. The CPU path scopes its BLAS thread count to each run with :func:`blas_threads`
 (threadpoolctl restores the previous count afterwards), and :func:`tune_malloc` changes glibc's
-allocator only when the user calls it.
+allocator only when called (by the user, or by the ``gpubackend`` commands that own their process).
 
 Why one BLAS thread is the CPU path's default inside a run: on a small shared machine a
 multi-threaded OpenBLAS can be many times slower than one thread, its threads spinning while they
@@ -67,7 +67,8 @@ _malloc_tuned = False
 
 def tune_malloc() -> bool:
     """Keep freed buffers in the heap instead of returning them to the OS (glibc only). Opt-in:
-    call it once at start-up if the process is yours; it is never called by gpubackend itself.
+    call it once at start-up if the process is yours. Importing or running gpubackend never calls
+    it; only its own commands ``gpubackend run|bench|conformance``, which own their process, do.
 
     By default glibc serves every allocation above a (dynamic) threshold with a fresh mmap and gives
     the memory back on free, so each kernel's multi-megabyte temporaries and outputs page-fault on

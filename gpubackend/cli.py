@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command in ("run", "bench", "conformance"):
+        import fallback
+
+        fallback.tune_malloc()  # the command owns its process: let the NumPy kernels reuse freed buffers
     try:
         return int(args.func(args) or 0)
     except GpuBackendError as exc:
