@@ -28,8 +28,8 @@ from ._registry import DOMAIN_KERNELS, KERNELS, FallbackError
 from ._runtime import blas_threads, get_blas_threads, tune_malloc
 from .elementwise import apply_activation
 
-__all__ = ["KERNELS", "FallbackError", "apply_activation", "blas_threads", "get_blas_threads", "run_node",
-           "supported_ops", "tune_malloc"]
+__all__ = ["KERNELS", "KERNEL_ERRORS", "FallbackError", "apply_activation", "blas_threads", "get_blas_threads",
+           "kernel_for", "run_node", "supported_ops", "tune_malloc"]
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 
@@ -43,21 +43,35 @@ def supported_ops(domain: str = "") -> frozenset[str]:
     return frozenset(op for d, op in DOMAIN_KERNELS if d == domain)
 
 
+# What a kernel raises for bad attributes or inputs (FallbackError, or NumPy's own errors).
+KERNEL_ERRORS = (FallbackError, ValueError, IndexError, TypeError, np.exceptions.AxisError)
+
+
+def kernel_for(op_type: str,
+               domain: str = "") -> Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]:
+    """The kernel of ``op_type``, for callers that run many nodes (a compiled plan): call it as
+    ``kernel(inputs_list, attrs, opset)`` inside ``np.errstate(all="ignore")``, catch
+    ``KERNEL_ERRORS``, and pass outputs through ``np.asarray`` (a kernel may return NumPy scalars).
+    ``run_node`` does all of that for one node."""
+    kernel = KERNELS.get(op_type) if domain in ("", "ai.onnx") else DOMAIN_KERNELS.get((domain, op_type))
+    if kernel is None:
+        raise FallbackError(f"no CPU kernel for op {op_type}" + (f" in domain {domain!r}" if domain else ""))
+    return kernel
+
+
 def run_node(op_type: str, inputs: list[np.ndarray | None], attrs: dict[str, Any],
              opset: int = 17, domain: str = "") -> list[np.ndarray]:
     """Run one ONNX node on the CPU; returns its outputs in order.
 
     Raises FallbackError (a ValueError) for an unknown op, bad attributes or bad input shapes.
     """
-    kernel = KERNELS.get(op_type) if domain in ("", "ai.onnx") else DOMAIN_KERNELS.get((domain, op_type))
-    if kernel is None:
-        raise FallbackError(f"no CPU kernel for op {op_type}" + (f" in domain {domain!r}" if domain else ""))
+    kernel = kernel_for(op_type, domain)
     attrs = attrs if attrs is not None else {}
     try:
         with np.errstate(all="ignore"):
             outs = kernel(list(inputs), attrs, int(opset))
     except FallbackError:
         raise
-    except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as e:
+    except KERNEL_ERRORS as e:
         raise FallbackError(f"{op_type}: {e}") from e
     return [o if isinstance(o, np.ndarray) else np.asarray(o) for o in outs]

@@ -184,3 +184,16 @@ def test_cpu_segment_between_gpu_segments(engine: str) -> None:
     (got,) = sess.run({"x0": x})
     np.testing.assert_allclose(got, np.vectorize(math.erf)(np.maximum(x, 0)), rtol=1e-5, atol=1e-6)
     assert f"gles31[1] -> cpu:{engine}[1] -> gles31[1]" in sess.explain()
+
+
+def test_numpy_plan_reads_a_tensor_twice_and_releases_it_once() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Add", ["a", "a"], ["b"]),
+             helper.make_node("Mul", ["b", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
+    for _ in range(2):
+        (y,) = sess.run({"x": x})
+        np.testing.assert_array_equal(y, (2 * np.maximum(x, 0)) ** 2)

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -62,8 +62,19 @@ def resolve_engine(engine: str) -> str:
     return "numpy"
 
 
+class _Step(NamedTuple):
+    """One node of a compiled NumPy plan."""
+
+    node: Node
+    kernel: Any
+    args: tuple[tuple[str | None, Any], ...]  # per input: (tensor name, None) or (None, constant or None)
+    release: tuple[str, ...]  # intermediates read for the last time here
+
+
 class NumpySegment(Segment):
-    """Runs its nodes one by one through ``fallback.run_node``."""
+    """Runs its nodes through the ``fallback`` kernels as a plan compiled once: kernels looked up,
+    constants bound and each intermediate's last use known in advance, and one floating-point
+    error state and BLAS thread scope around the whole run instead of one per node."""
 
     engine = "numpy"
 
@@ -71,36 +82,39 @@ class NumpySegment(Segment):
                  blas_threads: int = 1):
         super().__init__("cpu", nodes, inputs, outputs)
         self._blas_threads = blas_threads
-        self._constants = graph.constants
         self._opset = graph.opset
-        # Release each intermediate after its last use inside the segment.
         last_use: dict[str, int] = {}
         for idx, node in enumerate(nodes):
             for name in node.inputs:
                 last_use[name] = idx
         keep = set(outputs) | set(inputs)
-        self._release = [[n for n in node.inputs if n and last_use.get(n) == idx and n not in keep]
-                         for idx, node in enumerate(nodes)]
+        self._plan = [
+            _Step(node, fallback.kernel_for(node.op_type, node.domain),
+                  tuple((None, None) if not n else (None, graph.constants[n]) if n in graph.constants else (n, None)
+                        for n in node.inputs),
+                  tuple(dict.fromkeys(n for n in node.inputs if n and last_use.get(n) == idx and n not in keep
+                                      and n not in graph.constants)))
+            for idx, node in enumerate(nodes)]
 
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         env = dict(feeds)
-        consts = self._constants
-        with fallback.blas_threads(self._blas_threads):
-            for node, release in zip(self.nodes, self._release):
-                args = [None if not n else env[n] if n in env else consts[n] for n in node.inputs]
-                t0 = time.perf_counter() if stats.profile else 0.0
+        opset = self._opset
+        profile = stats.profile
+        with fallback.blas_threads(self._blas_threads), np.errstate(all="ignore"):
+            for node, kernel, args, release in self._plan:
+                t0 = time.perf_counter() if profile else 0.0
                 try:
-                    results = fallback.run_node(node.op_type, args, node.attrs, self._opset, node.domain)
-                except fallback.FallbackError as exc:
-                    raise NodeError(f"node {node.name} ({node.op_type}) failed on the CPU: {exc}",
+                    results = kernel([env[n] if n else c for n, c in args], node.attrs, opset)
+                except fallback.KERNEL_ERRORS as exc:
+                    raise NodeError(f"node {node.name} ({node.op_type}) failed on the CPU: {node.op_type}: {exc}",
                                     node.name, node.op_type) from exc
-                if stats.profile:
+                if profile:
                     stats.node_seconds[node.name] = time.perf_counter() - t0
                 for name, value in zip(node.outputs, results):
                     if name:
-                        env[name] = value
+                        env[name] = value if type(value) is np.ndarray else np.asarray(value)
                 for name in release:
-                    env.pop(name, None)
+                    del env[name]
         return {name: env[name] for name in self.outputs}
 
 
