@@ -155,3 +155,92 @@ for _op, _fn in {
     "ReduceLogSumExp": _rlogsumexp,
 }.items():
     _reduce(_op, _fn)
+
+
+def _normalize(x: np.ndarray, axes: tuple[int, ...], eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x - mean) / sqrt(var + eps) over ``axes``, computed in float32 at least (float16 inputs do
+    not accumulate in float16); also returns the mean and the inverse standard deviation."""
+    acc = np.dtype(np.float32 if x.dtype == np.float16 else x.dtype).type
+    xa = x.astype(acc, copy=False)
+    mean = xa.mean(axis=axes, keepdims=True)
+    centered = xa - mean
+    inv_std = 1.0 / np.sqrt(np.mean(np.square(centered), axis=axes, keepdims=True) + acc(eps))
+    return centered * inv_std, mean, inv_std
+
+
+@register("LayerNormalization")
+def k_layer_norm(inputs: list, attrs: dict, opset: int) -> list:
+    op = "LayerNormalization"
+    x = need(op, inputs, 0, "X")
+    scale = need(op, inputs, 1, "Scale")
+    bias = opt(inputs, 2)
+    axis = norm_axis(op, iattr(attrs, "axis", -1), max(x.ndim, 1))
+    axes = tuple(range(axis, x.ndim))
+    y, mean, inv_std = _normalize(x, axes, float(attrs.get("epsilon", 1e-5)))
+    y = y * scale
+    if bias is not None:
+        y = y + bias
+    stash = np.float32
+    return [y.astype(x.dtype, copy=False), mean.astype(stash), inv_std.astype(stash)]
+
+
+@register("InstanceNormalization")
+def k_instance_norm(inputs: list, attrs: dict, opset: int) -> list:
+    op = "InstanceNormalization"
+    x = need(op, inputs, 0, "input")
+    scale, bias = need(op, inputs, 1, "scale"), need(op, inputs, 2, "B")
+    if x.ndim < 3:
+        raise fail(op, f"input must be (N, C, spatial...), got shape {x.shape}")
+    c = x.shape[1]
+    if scale.shape != (c,) or bias.shape != (c,):
+        raise fail(op, f"scale and B must have shape ({c},), got {scale.shape} and {bias.shape}")
+    y, _, _ = _normalize(x, tuple(range(2, x.ndim)), float(attrs.get("epsilon", 1e-5)))
+    pshape = (1, c) + (1,) * (x.ndim - 2)
+    return [(y * scale.reshape(pshape) + bias.reshape(pshape)).astype(x.dtype, copy=False)]
+
+
+@register("GroupNormalization")
+def k_group_norm(inputs: list, attrs: dict, opset: int) -> list:
+    op = "GroupNormalization"
+    x = need(op, inputs, 0, "X")
+    scale, bias = need(op, inputs, 1, "scale"), need(op, inputs, 2, "bias")
+    groups = iattr(attrs, "num_groups", 0)
+    if x.ndim < 3:
+        raise fail(op, f"input must be (N, C, spatial...), got shape {x.shape}")
+    n, c = x.shape[:2]
+    if groups < 1 or c % groups:
+        raise fail(op, f"num_groups {groups} must be positive and divide the {c} channels")
+    per = c if opset >= 21 else groups  # opset 18 scales per group, opset 21 per channel
+    if scale.shape != (per,) or bias.shape != (per,):
+        raise fail(op, f"scale and bias must have shape ({per},) at opset {opset}, got {scale.shape}, {bias.shape}")
+    xg = x.reshape((n, groups, -1))
+    y, _, _ = _normalize(xg, (2,), float(attrs.get("epsilon", 1e-5)))
+    if per == groups:
+        y = y * scale.reshape(1, groups, 1) + bias.reshape(1, groups, 1)
+        return [y.reshape(x.shape).astype(x.dtype, copy=False)]
+    y = y.reshape(x.shape)
+    pshape = (1, c) + (1,) * (x.ndim - 2)
+    return [(y * scale.reshape(pshape) + bias.reshape(pshape)).astype(x.dtype, copy=False)]
+
+
+def _arg(op: str, pick):
+    @register(op)
+    def kernel(inputs: list, attrs: dict, opset: int) -> list:
+        x = need(op, inputs, 0, "data")
+        axis = norm_axis(op, iattr(attrs, "axis", 0), max(x.ndim, 1))
+        keep = bool(iattr(attrs, "keepdims", 1))
+        if x.shape[axis] == 0:
+            raise fail(op, f"axis {axis} has no elements")
+        if iattr(attrs, "select_last_index", 0):
+            flipped = np.flip(x, axis=axis)
+            idx = x.shape[axis] - 1 - pick(flipped, axis=axis)
+        else:
+            idx = pick(x, axis=axis)
+        idx = idx.astype(np.int64)
+        return [np.expand_dims(idx, axis) if keep else idx]
+
+    return kernel
+
+
+_arg("ArgMax", np.argmax)
+_arg("ArgMin", np.argmin)

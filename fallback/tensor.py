@@ -416,3 +416,46 @@ def k_tile(inputs: list, attrs: dict, opset: int) -> list:
     if len(reps) != x.ndim:
         raise fail("Tile", f"repeats {reps} must have one value per input axis ({x.ndim})")
     return [np.tile(x, reps)]
+
+
+def _blocksize(op: str, x: np.ndarray, attrs: dict) -> int:
+    if x.ndim != 4:
+        raise fail(op, f"input must be 4-D (N, C, H, W), got shape {x.shape}")
+    b = int(attrs.get("blocksize", 0))
+    if b < 1:
+        raise fail(op, f"blocksize must be >= 1, got {b}")
+    return b
+
+
+@register("DepthToSpace")
+def k_depth_to_space(inputs: list, attrs: dict, opset: int) -> list:
+    op = "DepthToSpace"
+    x = need(op, inputs, 0, "input")
+    b = _blocksize(op, x, attrs)
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise fail(op, f"channels {c} are not divisible by blocksize^2 = {b * b}")
+    mode = str(attrs.get("mode", "DCR"))
+    if mode == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        raise fail(op, f"mode must be DCR or CRD, got {mode!r}")
+    return [np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b))]
+
+
+@register("SpaceToDepth")
+def k_space_to_depth(inputs: list, attrs: dict, opset: int) -> list:
+    op = "SpaceToDepth"
+    x = need(op, inputs, 0, "input")
+    b = _blocksize(op, x, attrs)
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise fail(op, f"height {h} and width {w} must be divisible by blocksize {b}")
+    mode = str(attrs.get("mode", "DCR"))
+    if mode not in ("DCR", "CRD"):
+        raise fail(op, f"mode must be DCR or CRD, got {mode!r}")
+    order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(order)
+    return [np.ascontiguousarray(y.reshape(n, c * b * b, h // b, w // b))]
