@@ -224,6 +224,14 @@ class _Matrix:
         self.cases[full] = Case(full, kernel, op, frozenset(t),
                                 _node_builder(full, op, specs, attrs or {}, cls, act, n_outputs, reduce))
 
+    def add_graph(self, name: str, kernel: str, op: str, builder: Callable[[str], CaseData], *,
+                  quick: bool = False, tags: tuple[str, ...] = ()) -> None:
+        """A case of several nodes (one segment) built by ``builder(precision)``."""
+        full = f"{kernel}/{name}"
+        if full not in self.cases:
+            t = set(tags) | ({"quick"} if quick else set())
+            self.cases[full] = Case(full, kernel, op, frozenset(t), builder)
+
 
 # ---- the matrix ----------------------------------------------------------------------------
 
@@ -538,6 +546,42 @@ def _large_cases(m: _Matrix, limits: dict[str, Any]) -> None:
           {"mode": "linear"}, tags=t)
 
 
+def _chain_builder(name: str, nodes: list[onnx.NodeProto], feeds: dict[str, tuple[int, ...]],
+                   consts: dict[str, tuple[int, ...]], outputs: list[str]) -> Callable[[str], CaseData]:
+    """A builder for a fixed chain of nodes: normal-valued feeds, uniform constants."""
+    def build(precision: str) -> CaseData:
+        rng = np.random.default_rng(_seed(name))
+        f = {k: _round(_values(rng, s, "normal", precision), precision) for k, s in feeds.items()}
+        c = {k: _round(rng.uniform(-1.0, 1.0, s).astype(np.float32), precision) for k, s in consts.items()}
+        return make_case_data(nodes, f, c, outputs, name)
+
+    return build
+
+
+def _shared_program_cases(m: _Matrix) -> None:
+    """Two nodes of one kernel and one shape in one segment whose operands are bound differently
+    (a constant on one side, then run-time tensors on both). Paths cache programs by source, so
+    both nodes share one program: per-node state (sampler units, uniforms, bindings) set on it at
+    compile time instead of at each draw gives the first node the second one's bindings (gles3
+    computed ``s = Sub(c, a)`` as ``a - c``, the YOLOv8 box decoding)."""
+    shape = (1, 5, 6, 7)
+    nodes = [helper.make_node("Sub", ["c", "a"], ["s"], name="s"), helper.make_node("Sub", ["b", "s"], ["y"], name="y")]
+    m.add_graph("shared_program/sub_const_first_then_tensors/1x5x6x7", "binary", "Sub",
+                _chain_builder("binary/shared_program/sub_const_first", nodes, {"a": shape, "b": shape},
+                               {"c": shape}, ["s", "y"]), quick=True)
+    nodes = [helper.make_node("Sub", ["a", "c"], ["s"], name="s"), helper.make_node("Sub", ["d", "s"], ["y"], name="y")]
+    m.add_graph("shared_program/sub_const_second_then_const_first/1x5x6x7", "binary", "Sub",
+                _chain_builder("binary/shared_program/sub_const_sides", nodes, {"a": shape},
+                               {"c": shape, "d": shape}, ["s", "y"]))
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], name="h", **attrs),
+             helper.make_node("Conv", ["h", "w2", "b2"], ["y"], name="y", **attrs)]
+    m.add_graph("shared_program/two_convs_same_shape/1x6x7x7", "conv", "Conv",
+                _chain_builder("conv/shared_program/two_convs", nodes, {"x": (1, 6, 7, 7)},
+                               {"w1": (6, 6, 3, 3), "b1": (6,), "w2": (6, 6, 3, 3), "b2": (6,)}, ["h", "y"]),
+                quick=True)
+
+
 def matrix(full: bool = False, limits: dict[str, Any] | None = None) -> list[Case]:
     """Every generated case (``full``: also the exhaustive combinations and the large sizes)."""
     m = _Matrix()
@@ -547,6 +591,7 @@ def matrix(full: bool = False, limits: dict[str, Any] | None = None) -> list[Cas
     _elementwise_cases(m, full)
     _pool_cases(m, full)
     _tensor_cases(m, full)
+    _shared_program_cases(m)
     if full:
         _large_cases(m, limits or {})
     return list(m.cases.values())

@@ -40,6 +40,11 @@ class Step:
     ubo: Any = None
     ubo_stride: int = 0
     wtex: Any = None
+    # This node's uniform values (sampler units included) and uniform-block bindings. A program
+    # is shared by every node with the same source (the device caches it), so these are applied
+    # at each of this node's draws, never once at compile time: the last node set up would win.
+    uniforms: dict[str, Any] = field(default_factory=dict)
+    blocks: dict[str, int] = field(default_factory=dict)
 
 
 class Gles3Segment(Segment):
@@ -118,10 +123,11 @@ class Gles3Segment(Segment):
         prog = step.program
         unit = 0
         members = set(prog)
+        uniforms = step.uniforms
         for (prefix, _), st in zip(k.inputs, step.inputs):
             for p in range(len(st.textures)):
                 if f"{prefix}_{p}" in members:
-                    prog[f"{prefix}_{p}"].value = unit + p
+                    uniforms[f"{prefix}_{p}"] = unit + p
             unit += len(st.textures)
         for prefix, (data, lay) in k.consts.items():
             st = Storage(lay, [])
@@ -133,7 +139,7 @@ class Gles3Segment(Segment):
             step.inputs.append(st)
             for p in range(lay.planes):
                 if f"{prefix}_{p}" in members:
-                    prog[f"{prefix}_{p}"].value = unit + p
+                    uniforms[f"{prefix}_{p}"] = unit + p
             unit += lay.planes
         if k.weights is not None:
             total, nw, _ = k.weights.shape
@@ -146,7 +152,7 @@ class Gles3Segment(Segment):
                 step.ubo_stride = stride
                 for p in range(k.out.planes):
                     if f"WB{p}" in members:
-                        prog[f"WB{p}"].binding = p
+                        step.blocks[f"WB{p}"] = p
             else:
                 flat = k.weights.reshape(-1, 4)
                 rows = -(-flat.shape[0] // 1024)
@@ -155,13 +161,13 @@ class Gles3Segment(Segment):
                 step.wtex = self.dev.texture((1024, rows), 4, data.tobytes(), dtype="f4")
                 step.wtex.filter = (NEAREST, NEAREST)
                 if "WT" in members:
-                    prog["WT"].value = unit
+                    uniforms["WT"] = unit
                 unit += 1
         if unit > self.lim.max_texture_units:
             raise ValueError(f"{step.node.name}: {unit} textures exceed {self.lim.max_texture_units} units")
         for name, value in k.uniforms.items():
             if name in members:
-                prog[name].value = value
+                uniforms[name] = value
         key = id(prog)
         if key not in self._vaos:
             self._vaos[key] = self.dev.ctx.vertex_array(prog, [])
@@ -209,6 +215,10 @@ class Gles3Segment(Segment):
                 unit += 1
         if step.wtex is not None:
             step.wtex.use(location=unit)
+        for name, value in step.uniforms.items():
+            prog[name].value = value
+        for name, binding in step.blocks.items():
+            prog[name].binding = binding
         fbo = out.fbo
         fbo.use()
         lay = k.out
