@@ -243,7 +243,11 @@ def infer_shapes(proto: onnx.ModelProto, graph: Graph, protos: Mapping[int, onnx
             except Exception:
                 continue
             mg.input.append(onnx.helper.make_tensor_value_info(name, elem, arr.shape))
-    mg.output.extend(proto.graph.output)
+    for vi in proto.graph.output:  # declared output dims (often -1) would only blur the inferred ones
+        out = mg.output.add()
+        out.name = vi.name
+        if vi.type.HasField("tensor_type"):
+            out.type.tensor_type.elem_type = vi.type.tensor_type.elem_type
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:

@@ -25,7 +25,10 @@ def place(graph: Graph, nodes: list[Node], paths: list[Path]) -> Plan:
     for node in nodes:
         reasons = []
         for path in paths:
-            why = path.decline(node, graph)
+            try:
+                why = path.decline(node, graph)
+            except Exception as exc:  # a path's own bug must not stop planning: the node goes on
+                why = f"its check of the node failed ({type(exc).__name__}: {exc})"
             if why is None:
                 plan.placement[node.name] = path.key
                 break

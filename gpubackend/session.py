@@ -529,13 +529,13 @@ class Session:
             for (dest, why), by_op in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
                 listed = ", ".join(f"{op} ({k})" for op, k in sorted(by_op.items(), key=lambda kv: -kv[1]))
                 lines.append(f"  {self.path} -> {dest}: {sum(by_op.values())} node(s): {listed}: {why}")
-            if verbose:
-                lines.append("per node:")
-                lines += [f"  {n} ({ops.get(n, '?')}) -> {variant.plan.placement.get(n)}: {'; '.join(r)}"
-                          for n, r in fell]
         fused = {k: v for k, v in variant.graph.fused.items() if v}
         if fused:
             lines.append("fused: " + ", ".join(f"{k} <- {'+'.join(v)}" for k, v in fused.items()))
+        if verbose and fell:
+            ops = {n.name: n.op_type for n in variant.graph.nodes}
+            lines.append("per node:")
+            lines += [f"  {n} ({ops.get(n, '?')}) -> {variant.plan.placement.get(n)}: {'; '.join(r)}" for n, r in fell]
         return "\n".join(lines)
 
     def _engine_label(self, key: str) -> str:

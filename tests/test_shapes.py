@@ -105,7 +105,7 @@ def _classifier(dims: list) -> onnx.ModelProto:
              helper.make_node("Concat", ["n", "m1"], ["shape"], axis=0),
              helper.make_node("Reshape", ["y", "shape"], ["out"])]
     graph = helper.make_graph(nodes, "cls", [helper.make_tensor_value_info("x", TP.FLOAT, dims)],
-                              [helper.make_tensor_value_info("out", TP.FLOAT, None)], initializer=[w])
+                              [helper.make_tensor_value_info("out", TP.FLOAT, [-1, -1])], initializer=[w])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -117,6 +117,8 @@ def test_minus_one_and_zero_dims_are_symbolic():
         (got,) = sess.run({"x": x})
         ref = _ort(_classifier(["n", 3, "h", "w"]), {"x": x})[0]  # onnxruntime takes a declared 0 literally
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        # the output's declared -1 dims do not hide its inferred shape (a path would decline it)
+        assert to_graph(_classifier(dims), {"x": x.shape}).shape("out") == (2, 2 * 48 * 192)
 
 
 def test_bad_declared_or_given_shape_is_a_gpubackend_error():
@@ -251,3 +253,56 @@ def test_cli_bench_needs_and_takes_shape(tmp_path, capsys):
     assert result["model"]["inputs"] == {"x": [1, 3, 32, 64]} and result["model"]["gflop"] > 0
     cpu = result["paths"]["cpu"]
     assert "latency_ms" in cpu and cpu["cold"]["first_run_s"] > 0, cpu  # the cold-start child got the shape too
+
+
+# ---- errors while planning and compiling name the node -----------------------------------------
+def _relu_model() -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="first_relu"),
+             helper.make_node("Sigmoid", ["r"], ["out"], name="the_sigmoid")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("out", TP.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_path_failing_to_compile_names_the_node(monkeypatch):
+    from gpubackend.paths.cpu import CpuPath
+
+    original = CpuPath.compile
+
+    def broken(self, nodes, graph, inputs, outputs):
+        if any(n.op_type == "Sigmoid" for n in nodes):
+            raise RuntimeError("injected compiler bug")
+        return original(self, nodes, graph, inputs, outputs)
+
+    monkeypatch.setattr(CpuPath, "compile", broken)
+    with pytest.raises(ModelError, match=r"the_sigmoid \(Sigmoid\) on cpu.*injected compiler bug"):
+        gpubackend.Session(_relu_model(), path="cpu")
+
+
+def test_a_path_failing_to_check_a_node_declines_it(monkeypatch):
+    from gpubackend.paths.cpu import CpuPath
+
+    original = CpuPath.decline
+
+    def broken(self, node, graph):
+        if node.op_type == "Sigmoid":
+            raise KeyError("injected")
+        return original(self, node, graph)
+
+    monkeypatch.setattr(CpuPath, "decline", broken)
+    with pytest.raises(GpuBackendError, match=r"the_sigmoid \(Sigmoid\).*KeyError"):
+        gpubackend.Session(_relu_model(), path="cpu")
+
+
+def test_explain_groups_by_reason_with_counts():
+    sess = gpubackend.Session(svtr_like(), path="gles3", input_shapes={"x": (1, 3, 32, 64)})
+    text = sess.explain()
+    grouped = [ln for ln in text.splitlines() if ln.startswith("  gles3 -> ")]
+    assert grouped, text
+    for line in grouped:  # "gles3 -> cpu: 2 node(s): ReduceMean (2): <reason>"
+        count = int(line.split(": ")[1].split()[0])
+        ops = line.split(": ")[2]
+        assert count == sum(int(k.split("(")[1].rstrip(")")) for k in ops.split(", ")), line
+    per_node = sess.explain(verbose=True)
+    assert per_node.startswith(text) and "per node:" in per_node
+    assert len(per_node.splitlines()) - len(text.splitlines()) == 1 + len(sess.fallback_nodes)
