@@ -45,6 +45,16 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
         raise ModelError(f"cannot parse the model as ONNX: {exc}") from exc
     if not proto.graph.node and not proto.graph.output:
         raise ModelError("the model has an empty graph (is this an ONNX file?)")
+    newest = onnx.defs.onnx_opset_version()
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx") and not 1 <= imp.version <= newest:
+            raise ModelError(f"the model imports ONNX opset {imp.version}; this onnx package knows opsets 1-{newest}")
+    _check_types(proto)
+    if not isinstance(model, (str, os.PathLike)) and _external_tensors(proto):
+        # a path anchors relative locations at the model's folder; bytes and ModelProto have none, and
+        # resolving against the current directory would read whatever file happens to sit there
+        raise ModelError(f"initializer {_external_tensors(proto)[0]!r} keeps its data in an external file; "
+                         "load such a model from its path (or with onnx.load, which brings the data in)")
     try:
         onnx.checker.check_model(proto)
     except Exception as exc:
@@ -53,6 +63,25 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
         if not _BENIGN_CHECK.search(str(exc)):
             raise ModelError(f"the model does not pass onnx.checker: {exc}") from exc
     return proto
+
+
+_TYPE_ERROR = re.compile(r"Type Error|bound to different types|has unsupported type|has inconsistent type", re.I)
+
+
+def _check_types(proto: onnx.ModelProto) -> None:
+    """Refuse a model whose operand types break an operator's type constraints (e.g. a Conv with
+    int32 or float16 weights on a float32 input): running it would mean silently casting. Other
+    complaints of strict inference (unknown shapes and the like) are left to the loader."""
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and friends
+        if _TYPE_ERROR.search(str(exc)):
+            raise ModelError(f"the model breaks an operator's type constraints: {exc}") from exc
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[str]:
+    """Names of initializers whose data still lives in an external file."""
+    return [t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 _BENIGN_CHECK = re.compile(r"Field '(shape|type)' of '(type|value_info)' is required but missing")
@@ -164,8 +193,12 @@ def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_val
             dtypes[vi.name] = dt
     nodes = []
     protos: dict[int, onnx.NodeProto] = {}  # id(Node) -> its proto
+    seen: set[str] = set()
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}"
+        if name in seen:  # ONNX asks for unique node names but its checker does not insist
+            name = f"{name}#{i}"
+        seen.add(name)
         try:
             attrs = {a.name: decode_attribute(a) for a in n.attribute}
         except Exception as exc:
@@ -339,6 +372,11 @@ def fold_constants(graph: Graph) -> bool:
     return folded
 
 
+def is_standard(node: Node) -> bool:
+    """A node of the default ONNX domain: the only ones the rewrites below may reinterpret."""
+    return node.domain in ("", "ai.onnx")
+
+
 def _single_consumer(graph: Graph, name: str, consumers: dict[str, list[Node]]) -> Node | None:
     users = consumers.get(name, [])
     if len(users) != 1 or name in graph.outputs:
@@ -351,12 +389,14 @@ def fold_batchnorm(graph: Graph) -> None:
     consumers = graph.consumers()
     removed: set[str] = set()
     for conv in graph.nodes:
-        if conv.op_type != "Conv" or len(conv.inputs) < 2 or conv.inputs[1] not in graph.constants:
+        if conv.op_type != "Conv" or not is_standard(conv) or len(conv.inputs) < 2 \
+                or conv.inputs[1] not in graph.constants:
             continue
         if len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in graph.constants:
             continue
         bn = _single_consumer(graph, conv.outputs[0], consumers)
-        if bn is None or bn.op_type != "BatchNormalization" or len(bn.outputs) > 1 and any(bn.outputs[1:]):
+        if bn is None or bn.op_type != "BatchNormalization" or not is_standard(bn) \
+                or len(bn.outputs) > 1 and any(bn.outputs[1:]):
             continue
         if bn.inputs[0] != conv.outputs[0] or not all(i in graph.constants for i in bn.inputs[1:5]):
             continue
@@ -380,7 +420,8 @@ def remove_identities(graph: Graph) -> None:
     kept = []
     for node in graph.nodes:
         node.inputs = [rename.get(i, i) for i in node.inputs]
-        single = node.op_type == "Identity" or (node.op_type == "Dropout" and not any(node.outputs[1:]))
+        single = is_standard(node) and (node.op_type == "Identity"
+                                        or (node.op_type == "Dropout" and not any(node.outputs[1:])))
         if single and node.outputs[0] not in graph.outputs and node.inputs[0] not in graph.constants:
             rename[node.outputs[0]] = node.inputs[0]
             continue
@@ -415,10 +456,12 @@ def fuse_activations(graph: Graph) -> None:
     consumers = graph.consumers()
     removed: set[str] = set()
     for node in graph.nodes:
-        if node.op_type not in _FUSING_PRODUCERS or "_act" in node.attrs or node.name in removed:
+        if node.op_type not in _FUSING_PRODUCERS or not is_standard(node) or "_act" in node.attrs \
+                or node.name in removed:
             continue
         act = _single_consumer(graph, node.outputs[0], consumers)
-        if act is None or act.op_type not in FUSABLE_ACTIVATIONS or act.inputs[0] != node.outputs[0]:
+        if act is None or act.op_type not in FUSABLE_ACTIVATIONS or not is_standard(act) \
+                or act.inputs[0] != node.outputs[0]:
             continue
         if graph.dtypes.get(node.outputs[0], np.dtype(np.float32)) != np.float32:
             continue
