@@ -27,7 +27,12 @@ _FUSING_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:
-    """Read a model from a path, bytes or ModelProto and check it; ModelError if that fails."""
+    """Read a model from a path, bytes or ModelProto (ONNX, or TFLite through the importer) and check it;
+    ModelError if that fails."""
+    from .importers import is_tflite, tflite_to_onnx
+
+    if is_tflite(model):
+        return tflite_to_onnx(model)  # type: ignore[arg-type]
     try:
         if isinstance(model, onnx.ModelProto):
             proto = model
