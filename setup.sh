@@ -48,7 +48,7 @@ want=$(cat pyproject.toml setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing the project and its extras"
   python -m pip install -q --upgrade pip
-  python -m pip install -q -e ".[gl,demo,convert,dev,cpu]"
+  python -m pip install -q -e ".[gl,demo,convert,dev,cpu,scale]"
   echo "$want" > "$stamp"
 else
   log "python packages up to date"
