@@ -120,3 +120,24 @@ def test_detection_and_bad_files(tmp_path, models: dict) -> None:
         gpubackend.Session(notflite, path="cpu")
     with pytest.raises(ModelError):
         gpubackend.Session(tmp_path / "missing.tflite", path="cpu")
+
+
+def test_selfie_tflite_matches_the_bundled_onnx(models: dict) -> None:
+    """The demo's bundled NCHW ONNX and the importer's NCHW form of MediaPipe's file compute the same."""
+    import sys
+    from pathlib import Path
+
+    from gpubackend.models import selfie_model_path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        from convert_selfie_tflite import convert
+    finally:
+        sys.path.pop(0)
+    proto = convert(models["selfie_segmentation"].read_bytes())
+    assert "Transpose" not in {n.op_type for n in proto.graph.node}
+    x = np.random.default_rng(0).random((1, 3, 256, 256), dtype=np.float32)
+    (a,) = gpubackend.Session(proto, path="cpu").run({"input": x})
+    (b,) = gpubackend.Session(selfie_model_path(), path="cpu").run({"input": x})
+    assert a.shape == b.shape == (1, 1, 256, 256)
+    assert float(np.abs(a - b).max()) < 1e-5

@@ -59,6 +59,10 @@ def _same_pads(in_size: int, k: int, stride: int, dilation: int = 1) -> tuple[in
     return total // 2, total - total // 2
 
 
+def _io_shape(shape: tuple[int, ...], nchw: bool) -> list[int]:
+    return [shape[i] for i in _TO_NCHW] if nchw else list(shape)
+
+
 class _Value:
     """One TFLite tensor as the ONNX graph holds it: its name, and whether it is stored NCHW."""
 
@@ -70,7 +74,10 @@ class _Value:
 
 
 class _Importer:
-    def __init__(self, data: bytes, source: str) -> None:
+    def __init__(self, data: bytes, source: str, layout: str = "nhwc") -> None:
+        if layout not in ("nhwc", "nchw"):
+            raise ModelError(f"layout must be 'nhwc' or 'nchw', not {layout!r}")
+        self.io_nchw = layout == "nchw"
         self.tfl = _tflite_module()
         self.source = source
         try:
@@ -483,8 +490,10 @@ class _Importer:
                 raise ModelError(f"{self.source}: input {self.tname(idx)!r} has TFLite type {t.Type()}; only float32 "
                                  "inputs are imported (full-integer models need int8 kernels)")
             name = self.unique(self.tname(idx))
-            self.values[idx] = _Value(name, False)
-            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(self.shape(idx))))
+            shape = self.shape(idx)
+            nchw = self.io_nchw and len(shape) == 4
+            self.values[idx] = _Value(name, nchw)
+            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, _io_shape(shape, nchw)))
         unsupported: list[str] = []
         for k in range(g.OperatorsLength()):
             op = g.Operators(k)
@@ -511,9 +520,11 @@ class _Importer:
         for k in range(g.OutputsLength()):
             idx = g.Outputs(k)
             want = self.graph_outputs[idx]
-            self.node("Identity", [self.value(idx, False)], [want])
+            shape = self.shape(idx)
+            nchw = self.io_nchw and len(shape) == 4
+            self.node("Identity", [self.value(idx, nchw)], [want])
             elem = _ONNX_TYPES.get(self.tensor(idx).Type(), TensorProto.FLOAT)
-            graph_outputs.append(helper.make_tensor_value_info(want, elem, list(self.shape(idx))))
+            graph_outputs.append(helper.make_tensor_value_info(want, elem, _io_shape(shape, nchw)))
         graph = helper.make_graph(self.nodes, os.path.splitext(os.path.basename(self.source))[0] or "tflite",
                                   graph_inputs, graph_outputs, initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
@@ -636,8 +647,11 @@ class _Importer:
                             (stride_h, stride_w))
 
 
-def tflite_to_onnx(model: str | os.PathLike | bytes) -> onnx.ModelProto:
-    """Import a ``.tflite`` file (path or bytes) as an ONNX ModelProto; ModelError names what it cannot."""
+def tflite_to_onnx(model: str | os.PathLike | bytes, layout: str = "nhwc") -> onnx.ModelProto:
+    """Import a ``.tflite`` file (path or bytes) as an ONNX ModelProto; ModelError names what it cannot.
+
+    ``layout="nhwc"`` keeps TFLite's interface (what ``Session("x.tflite")`` uses); ``"nchw"`` declares
+    rank-4 graph inputs and outputs NCHW, so the graph needs no edge Transposes."""
     if isinstance(model, (str, os.PathLike)):
         source = os.fspath(model)
         try:
@@ -649,4 +663,4 @@ def tflite_to_onnx(model: str | os.PathLike | bytes) -> onnx.ModelProto:
         data, source = bytes(model), "<tflite bytes>"
     if data[4:8] != TFLITE_MAGIC:
         raise ModelError(f"{source}: not a TFLite flatbuffer (no 'TFL3' identifier)")
-    return _Importer(data, source).run()
+    return _Importer(data, source, layout).run()
