@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -110,8 +109,7 @@ def test_segment_options_and_errors(folder: Path, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"GPUBACKEND_CACHE_DIR": os.environ["GPUBACKEND_CACHE_DIR"]}})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -139,15 +137,12 @@ def test_segment_on_local_ray_cluster(folder: Path, tmp_path: Path, local_ray) -
 
 
 @pytest.mark.slow
-def test_segment_survives_a_killed_ray_worker(folder: Path, tmp_path: Path, local_ray) -> None:
+def test_segment_survives_a_killed_ray_worker(folder: Path, tmp_path: Path, local_ray,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = SegmentConfig(path="cpu", outputs=("mask", "cutout", "composite"))
     segment([str(folder)], tmp_path / "local", cfg, progress=False)
     marker = tmp_path / "killed"
-    ray = local_ray
-    ray.shutdown()  # a fresh cluster so the workers see the hook in their environment
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"GPUBACKEND_SEGMENT_KILL_ONCE": str(marker),
-                                       "GPUBACKEND_CACHE_DIR": os.environ["GPUBACKEND_CACHE_DIR"]}})
+    monkeypatch.setenv("GPUBACKEND_SEGMENT_KILL_ONCE", str(marker))  # the actors get GPUBACKEND_* variables
     s = segment([str(folder)], tmp_path / "ray", cfg, use_ray=True, progress=False)
     assert marker.exists(), "no worker was killed"
     assert s["counts"] == {"done": 4, "skipped": 0, "error": 1}

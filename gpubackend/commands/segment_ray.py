@@ -59,9 +59,9 @@ def run_ray(cfg: SegmentConfig, todo: list[WorkItem], out_dir: Path, address: st
     except ImportError as exc:
         raise GpuBackendError("--ray needs Ray: pip install 'gpubackend[scale]'") from exc
     if not ray.is_initialized():
-        env = {k: v for k, v in os.environ.items() if k.startswith("GPUBACKEND_")}
-        ray.init(address=address or None, runtime_env={"env_vars": env}, log_to_driver=False,
-                 include_dashboard=False, ignore_reinit_error=True)
+        ray.init(address=address or None, log_to_driver=False, include_dashboard=False, ignore_reinit_error=True)
+    # The workers see the driver's GPUBACKEND_* settings (cache dir, disabled paths, ...).
+    env = {k: v for k, v in os.environ.items() if k.startswith("GPUBACKEND_")}
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress
     n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -76,6 +76,7 @@ def run_ray(cfg: SegmentConfig, todo: list[WorkItem], out_dir: Path, address: st
         num_cpus=1,
         max_restarts=-1,
         max_task_retries=-1,
+        runtime_env={"env_vars": env},
     )
     results = []
     for row in out.iter_rows():
