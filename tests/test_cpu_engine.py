@@ -197,3 +197,30 @@ def test_numpy_plan_reads_a_tensor_twice_and_releases_it_once() -> None:
     for _ in range(2):
         (y,) = sess.run({"x": x})
         np.testing.assert_array_equal(y, (2 * np.maximum(x, 0)) ** 2)
+
+
+def test_numpy_plan_writes_in_place_only_into_buffers_nobody_else_reads() -> None:
+    """conv -> Add(residual) may reuse the Conv output; a Conv output read twice, a broadcast that
+    grows the operand, and the feeds must stay untouched."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.5), "half"),
+             numpy_helper.from_array(rng.standard_normal((1, 3, 4, 4)).astype(np.float32), "big")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"]), helper.make_node("Add", ["c1", "x"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w"], ["c2"]), helper.make_node("Mul", ["c2", "half"], ["m"]),
+             helper.make_node("Sub", ["c2", "m"], ["s"]),  # c2 is read twice: no in-place on it
+             helper.make_node("Conv", ["s", "w"], ["p"], strides=[4, 4]),  # (1, 3, 1, 1)
+             helper.make_node("Div", ["p", "big"], ["y"])]  # p broadcasts up to (1, 3, 4, 4): not in place
+    graph = helper.make_graph(nodes, "inplace", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4]),
+                               helper.make_tensor_value_info("r1", TensorProto.FLOAT, [1, 3, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    x0 = x.copy()
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):
+        got = sess.run({"x": x})
+        for g, w_ in zip(got, want):
+            np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(x, x0)

@@ -71,10 +71,35 @@ class _Step(NamedTuple):
     release: tuple[str, ...]  # intermediates read for the last time here
 
 
+# Binary ops the plan may run in place, writing into an operand whose buffer nobody else holds.
+_IN_PLACE_UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+# Ops whose outputs are always new arrays (never views of an input or a constant).
+_FRESH_OUTPUT_OPS = {"Conv", "ConvTranspose", *_IN_PLACE_UFUNCS}
+
+
+def _in_place(ufunc: Any, target: int, kernel: Any) -> Any:
+    """A kernel for a float binary op that writes into operand ``target`` when the result has its
+    shape and dtype (e.g. a residual Add into the Conv output it follows: no new buffer, one pass
+    fewer); any other case goes to ``kernel``. Only for an operand produced by a fresh-output op
+    in the same segment and read by nothing else (see ``NumpySegment``)."""
+
+    def run(inputs: list, attrs: dict, opset: int) -> list:
+        a, b = inputs
+        t, other = (a, b) if target == 0 else (b, a)
+        if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype.kind == "f"
+                and t.flags.writeable and t.flags.c_contiguous and other.ndim <= t.ndim
+                and all(o in (1, s) for o, s in zip(reversed(other.shape), reversed(t.shape)))):
+            return [ufunc(a, b, out=t)]
+        return kernel(inputs, attrs, opset)
+
+    return run
+
+
 class NumpySegment(Segment):
     """Runs its nodes through the ``fallback`` kernels as a plan compiled once: kernels looked up,
     constants bound and each intermediate's last use known in advance, and one floating-point
-    error state and BLAS thread scope around the whole run instead of one per node."""
+    error state and BLAS thread scope around the whole run instead of one per node. A float
+    Add/Sub/Mul/Div whose operand is a fresh intermediate read by nothing else runs in place."""
 
     engine = "numpy"
 
@@ -87,14 +112,31 @@ class NumpySegment(Segment):
         for idx, node in enumerate(nodes):
             for name in node.inputs:
                 last_use[name] = idx
-        keep = set(outputs) | set(inputs)
+        keep = set(outputs) | set(inputs) | set(graph.outputs)
+        producers = {o: n.op_type for n in nodes for o in n.outputs if o}
+        readers = {name: len(users) for name, users in graph.consumers().items()}
         self._plan = [
-            _Step(node, fallback.kernel_for(node.op_type, node.domain),
+            _Step(node, self._kernel(node, graph.opset, producers, readers, keep),
                   tuple((None, None) if not n else (None, graph.constants[n]) if n in graph.constants else (n, None)
                         for n in node.inputs),
                   tuple(dict.fromkeys(n for n in node.inputs if n and last_use.get(n) == idx and n not in keep
                                       and n not in graph.constants)))
             for idx, node in enumerate(nodes)]
+
+    @staticmethod
+    def _kernel(node: Node, opset: int, producers: dict[str, str], readers: dict[str, int], keep: set[str]) -> Any:
+        """The node's kernel, or its in-place form (see ``_in_place``) when an operand qualifies:
+        produced in this segment by a fresh-output op (nodes are in topological order, so before this
+        one), not a segment or graph output, and read by no other node of the graph."""
+        kernel = fallback.kernel_for(node.op_type, node.domain)
+        ufunc = _IN_PLACE_UFUNCS.get(node.op_type)
+        if (ufunc is None or node.domain not in ("", "ai.onnx") or opset < 7 or len(node.inputs) != 2
+                or node.inputs[0] == node.inputs[1]):
+            return kernel
+        for target, name in enumerate(node.inputs):
+            if producers.get(name) in _FRESH_OUTPUT_OPS and name not in keep and readers.get(name) == 1:
+                return _in_place(ufunc, target, kernel)
+        return kernel
 
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         env = dict(feeds)
