@@ -42,3 +42,13 @@ class NodeError(GpuBackendError, ValueError):
         super().__init__(message)
         self.node = node
         self.op_type = op_type
+
+
+class ResourceLimitError(ModelError):
+    """The model, specialised for the given input shapes, would exceed a resource limit (tensor
+    size, total memory, work per node); see :mod:`gpubackend.limits`."""
+
+    def __init__(self, message: str, node: str = "", op_type: str = ""):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type

@@ -22,6 +22,7 @@ from typing import Any
 import onnx
 
 from .errors import OptionError
+from .limits import DEFAULT_MAX_NODE_MACS, DEFAULT_MAX_TENSOR_ELEMENTS, DEFAULT_MAX_TOTAL_BYTES, ResourceLimits
 from .paths import GPU_PATH_KEYS, PATH_KEYS
 from .paths.cpu import CPU_ENGINES
 
@@ -93,6 +94,9 @@ class SessionOptions:
       the creating thread, or created on the main thread before any GL context exists, which
       stays "caller" (the GL context is process-wide and bound to one thread, so code that uses
       GL directly on the main thread keeps working).
+    - ``max_tensor_elements``, ``max_total_bytes``, ``max_node_macs``: resource limits checked on the
+      specialised graph before anything is allocated (:mod:`gpubackend.limits`; 0 disables one;
+      ``GPUBACKEND_MAX_TENSOR_ELEMENTS``, ``GPUBACKEND_MAX_TOTAL_BYTES``, ``GPUBACKEND_MAX_NODE_MACS``).
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
     ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
@@ -119,6 +123,9 @@ class SessionOptions:
     vulkan_record_once: bool = True
     blas_threads: int | None = None
     thread: str = "auto"
+    max_tensor_elements: int = DEFAULT_MAX_TENSOR_ELEMENTS
+    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+    max_node_macs: int = DEFAULT_MAX_NODE_MACS
     # onnxruntime-compatible fields (see the class docstring)
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
@@ -182,6 +189,10 @@ class SessionOptions:
                 raise OptionError(f"free dimension override {name!r} must be a positive int, not {value!r}")
         if self.gles3_render_targets is not None and not 1 <= self.gles3_render_targets <= 8:
             raise OptionError(f"gles3_render_targets must be 1..8, not {self.gles3_render_targets!r}")
+        for name in ("max_tensor_elements", "max_total_bytes", "max_node_macs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise OptionError(f"{name} must be an int >= 0 (0: no limit), not {value!r}")
         for name in ("blas_threads",):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -210,6 +221,10 @@ class SessionOptions:
             out.cpu_engine = env[ENV_CPU_ENGINE].strip()
         if env.get(ENV_THREAD, "").strip():
             out.thread = env[ENV_THREAD].strip()
+        for name in ("max_tensor_elements", "max_total_bytes", "max_node_macs"):
+            var = f"GPUBACKEND_{name.upper()}"
+            if env.get(var, "").strip():
+                setattr(out, name, _env_int(env, var))
         if env.get(ENV_DISABLE, "").strip():
             extra = {p.strip() for p in env[ENV_DISABLE].split(",") if p.strip() in GPU_PATH_KEYS}
             out.disabled_paths = frozenset(out.disabled_paths) | extra
@@ -218,6 +233,9 @@ class SessionOptions:
             out.blas_threads = out.intra_op_num_threads
         out.validate()
         return out
+
+    def resource_limits(self) -> ResourceLimits:
+        return ResourceLimits(self.max_tensor_elements, self.max_total_bytes, self.max_node_macs)
 
     def path_preference(self) -> list[str] | None:
         """The explicit path order (``providers``, or ``[path]``), or None for "auto"."""

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 import onnx
 
-from . import worker
+from . import limits, worker
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
 from .model import ModelLike, load_model, to_graph
@@ -354,6 +354,7 @@ class Session:
             g = to_graph(self._proto, {n: tuple(s) for n, s in shapes.items()}, values)
         if outputs:
             g = _needed_for(g, list(outputs))
+        limits.check(g, self.options.resource_limits())  # before anything is allocated
         plan = place(g, g.nodes, self._candidates())
         variant = _Variant(g, plan, self._compile(g, plan.segments), {})
         self._index_last_use(variant)
