@@ -139,3 +139,35 @@ def test_selfie_tflite_matches_the_bundled_onnx(models: dict) -> None:
     (b,) = gpubackend.Session(selfie_model_path(), path="cpu").run({"input": x})
     assert a.shape == b.shape == (1, 1, 256, 256)
     assert float(np.abs(a - b).max()) < 1e-5
+
+
+INT8_CASES = [  # (per-axis?, SAME?, relu6?, stride)
+    (True, True, True, 2),
+    (False, False, False, 1),
+]
+
+
+@pytest.mark.parametrize(("case", "path"), [(0, p) for p in PATHS] + [(1, "cpu")])
+def test_int8_weights_dequantised_like_tflite(case: int, path: str) -> None:
+    """int8 weights behind DEQUANTIZE (per-axis and per-tensor with a zero point), in a model written here;
+    the per-tensor case is a property of the importer alone, so it runs on cpu only."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    from tflite_builder import int8_conv_model
+
+    per_axis, same, relu6, stride = INT8_CASES[case]
+    rng = np.random.default_rng(case)
+    w = rng.integers(-127, 128, (3, 3, 3, 2)).astype(np.int8)
+    scales = np.array([0.01, 0.02, 0.005], np.float32) if per_axis else np.array([0.01], np.float32)
+    zero = np.zeros(3, np.int64) if per_axis else np.array([7], np.int64)
+    out_hw = (5 + stride - 1) // stride if same else (5 - 3) // stride + 1
+    data = int8_conv_model(w, scales, zero, rng.standard_normal(3).astype(np.float32), (1, 5, 5, 2),
+                           (1, out_hw, out_hw, 3), stride, same, relu6)
+    it = litert.Interpreter(model_content=data)
+    it.allocate_tensors()
+    x = rng.standard_normal((1, 5, 5, 2)).astype(np.float32)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    ref = it.get_tensor(it.get_output_details()[0]["index"])
+    (y,) = gpubackend.Session(data, path=path).run({"x": x})
+    assert y.shape == ref.shape
+    assert float(np.max(np.abs(y - ref)) / max(1.0, float(np.max(np.abs(ref))))) <= TOL
