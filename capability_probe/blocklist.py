@@ -30,13 +30,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
 from .cache import cache_dir
 from .report import GPU_PATH_KEYS, ProbeReport
 
 USER_ENV = "GPUBACKEND_BLOCKLIST"
 SHIPPED = Path(__file__).with_name("blocklist.json")
 API_PATHS = {"gl": ("gles31", "gles3", "gles2"), "vulkan": ("vulkan",)}
-_OPS = (">=", "<=", "==", "!=", ">", "<", "=")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -45,31 +47,29 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(0).split(".")) if m else ()
 
 
-def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = max(len(a), len(b))
-    a2, b2 = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
-    return (a2 > b2) - (a2 < b2)
-
-
 def version_matches(version: str, spec: str) -> bool:
-    """``version_matches("22.3.6", ">=22,<22.3.7")`` -> True. An empty spec matches anything;
-    an unknown version matches no non-empty spec."""
+    """``version_matches("22.3.6", ">=22,<22.3.7")`` -> True: PEP 440 specifiers (``packaging``),
+    comma = and, with a bare version or ``=`` meaning ``==``. An empty spec matches anything; an
+    unknown version, or a spec that is not valid, matches no non-empty spec."""
     if not spec or not str(spec).strip():
         return True
     v = parse_version(version)
     if not v:
         return False
+    parts = []
     for part in str(spec).split(","):
         part = part.strip()
         if not part:
             continue
-        op = next((o for o in _OPS if part.startswith(o)), "==")
-        ref = parse_version(part[len(op):] if part.startswith(op) else part)
-        c = _cmp(v, ref)
-        ok = {">=": c >= 0, "<=": c <= 0, "==": c == 0, "=": c == 0, "!=": c != 0, ">": c > 0, "<": c < 0}[op]
-        if not ok:
-            return False
-    return True
+        if part[0].isdigit():
+            part = "==" + part
+        elif part.startswith("=") and not part.startswith("=="):
+            part = "=" + part
+        parts.append(part)
+    try:
+        return Version(".".join(map(str, v))) in SpecifierSet(",".join(parts))
+    except InvalidSpecifier:
+        return False
 
 
 def _re(pattern: str | None, text: str) -> bool:
