@@ -87,6 +87,43 @@ def geometry(op: str, in_shape: tuple[int, ...], attrs: dict[str, Any], kernel: 
     return Geometry(ks, strides, dil, pb, pe, extra, out)
 
 
+def transpose_geometry(op: str, in_shape: tuple[int, ...], attrs: dict[str, Any], kernel: list[int]):
+    """ConvTranspose: (strides, dilations, output_padding, pad_begin, pad_end, out) for spatial input
+    ``in_shape``, with pads resolved from ``pads``, ``auto_pad`` or ``output_shape``."""
+    nsp = len(in_shape)
+    _, strides, dil, pads, auto_pad = spatial_attrs(op, attrs, nsp, kernel)
+    outpad = ints_attr(attrs, "output_padding") or [0] * nsp
+    if len(outpad) != nsp:
+        raise fail(op, f"output_padding {outpad} does not match {nsp} spatial dims")
+    out_shape = ints_attr(attrs, "output_shape")
+    if out_shape is not None and len(out_shape) == nsp + 2:
+        out_shape = out_shape[2:]
+    if out_shape is not None and len(out_shape) != nsp:
+        raise fail(op, f"output_shape {out_shape} does not match {nsp} spatial dims")
+    pb, pe, out = [], [], []
+    for i in range(nsp):
+        n, s, d, k = in_shape[i], strides[i], dil[i], kernel[i]
+        full = s * (n - 1) + outpad[i] + (k - 1) * d + 1
+        if out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = out_shape[i] if out_shape is not None else n * s
+            total = full - o
+            if auto_pad == "SAME_UPPER":
+                b, e = total // 2, total - total // 2
+            else:
+                b, e = total - total // 2, total // 2
+        elif auto_pad == "VALID":
+            b, e = 0, 0
+        else:
+            b, e = pads[i], pads[i + nsp]
+        o = full - b - e
+        if o < 1:
+            raise fail(op, f"output size {o} on spatial axis {i} is not positive")
+        pb.append(b)
+        pe.append(e)
+        out.append(o)
+    return strides, dil, outpad, pb, pe, out
+
+
 def pad_spatial(x: np.ndarray, begin: list[int], end: list[int], value: Any = 0) -> np.ndarray:
     """Copy of ``x`` (N, C, *spatial) padded on the spatial axes with a constant."""
     if not any(begin) and not any(end):

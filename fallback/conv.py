@@ -27,8 +27,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ._registry import fail, half_via_float32, iattr, ints_attr, need, opt, register
-from ._spatial import drop_columns, geometry, pad_spatial, phase_planes, spatial_attrs, tap_slices
+from ._registry import fail, half_via_float32, iattr, need, opt, register
+from ._spatial import drop_columns, geometry, pad_spatial, phase_planes, tap_slices, transpose_geometry
 from .elementwise import apply_activation
 
 
@@ -332,41 +332,6 @@ def k_conv(inputs: list, attrs: dict, opset: int) -> list:
     return [apply_activation(y, attrs.get("_act"))]
 
 
-def _convtranspose_pads(op: str, x: np.ndarray, attrs, kernel: list[int]):
-    nsp = x.ndim - 2
-    _, strides, dil, pads, auto_pad = spatial_attrs(op, attrs, nsp, kernel)
-    outpad = ints_attr(attrs, "output_padding") or [0] * nsp
-    if len(outpad) != nsp:
-        raise fail(op, f"output_padding {outpad} does not match {nsp} spatial dims")
-    out_shape = ints_attr(attrs, "output_shape")
-    if out_shape is not None and len(out_shape) == nsp + 2:
-        out_shape = out_shape[2:]
-    if out_shape is not None and len(out_shape) != nsp:
-        raise fail(op, f"output_shape {out_shape} does not match {nsp} spatial dims")
-    pb, pe, out = [], [], []
-    for i in range(nsp):
-        n, s, d, k = x.shape[2 + i], strides[i], dil[i], kernel[i]
-        full = s * (n - 1) + outpad[i] + (k - 1) * d + 1
-        if out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = out_shape[i] if out_shape is not None else n * s
-            total = full - o
-            if auto_pad == "SAME_UPPER":
-                b, e = total // 2, total - total // 2
-            else:
-                b, e = total - total // 2, total // 2
-        elif auto_pad == "VALID":
-            b, e = 0, 0
-        else:
-            b, e = pads[i], pads[i + nsp]
-        o = full - b - e
-        if o < 1:
-            raise fail(op, f"output size {o} on spatial axis {i} is not positive")
-        pb.append(b)
-        pe.append(e)
-        out.append(o)
-    return strides, dil, outpad, pb, out
-
-
 @register("ConvTranspose")
 @half_via_float32
 def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
@@ -387,7 +352,7 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
     mg = w.shape[1]
     m = mg * group
     kernel = list(w.shape[2:])
-    strides, dil, outpad, pb, out = _convtranspose_pads(op, x, attrs, kernel)
+    strides, dil, outpad, pb, _, out = transpose_geometry(op, x.shape[2:], attrs, kernel)
     nsp = len(kernel)
     insp = list(x.shape[2:])
     ksize = math.prod(kernel)

@@ -14,6 +14,7 @@ from onnx import numpy_helper
 
 import fallback
 
+from . import ops
 from .errors import GpuBackendError, ModelError, OptionError
 from .graph import Graph, Node
 
@@ -435,26 +436,9 @@ def remove_identities(graph: Graph) -> None:
 
 
 def activation_of(node: Node, graph: Graph) -> tuple[str, dict[str, float]] | None:
-    """The ``_act`` form of an activation node, or None if it cannot be fused."""
-    op, a = node.op_type, node.attrs
-    if op == "Clip":
-        lo, hi = a.get("min"), a.get("max")
-        if graph.opset >= 11 or lo is None and hi is None:
-            lo = hi = None
-            for idx, name in ((1, "min"), (2, "max")):
-                if len(node.inputs) > idx and node.inputs[idx]:
-                    if node.inputs[idx] not in graph.constants:
-                        return None
-                    v = float(graph.constants[node.inputs[idx]])
-                    lo, hi = (v, hi) if name == "min" else (lo, v)
-        return ("Clip", {"min": -np.inf if lo is None else float(lo), "max": np.inf if hi is None else float(hi)})
-    if op == "LeakyRelu":
-        return ("LeakyRelu", {"alpha": float(a.get("alpha", 0.01))})
-    if op == "HardSigmoid":
-        return ("HardSigmoid", {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))})
-    if op in ("Relu", "HardSwish", "Sigmoid", "Tanh"):
-        return (op, {})
-    return None
+    """The ``_act`` form of an activation node (see ``ops.Activation``), or None if it cannot be fused."""
+    act = ops.activation(node, graph)
+    return None if act is None else act.spec
 
 
 def fuse_activations(graph: Graph) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .errors import UnsupportedOperatorError
 from .graph import Graph, Node
+from .ops import validate as validate_attributes
 from .paths.base import Path
 
 
@@ -19,10 +20,12 @@ class Plan:
 
 def place(graph: Graph, nodes: list[Node], paths: list[Path]) -> Plan:
     """Place ``nodes`` (a topologically ordered subset of the graph) on ``paths`` (best first).
-    Raises UnsupportedOperatorError naming every node no path accepts."""
+    Raises ModelError for a node with a bad attribute (before any path sees it) and
+    UnsupportedOperatorError naming every node no path accepts."""
     plan = Plan({})
     refused: list[tuple[str, str, list[str]]] = []
     for node in nodes:
+        validate_attributes(node, graph)
         reasons = []
         for path in paths:
             try:

@@ -28,6 +28,7 @@ import numpy as np
 
 import shaders
 
+from .. import ops
 from ..graph import Graph, Node
 
 PRECISIONS = ("fp32", "fp16")
@@ -290,17 +291,25 @@ def _variant(precision: str, **extra: int) -> tuple[tuple[str, int], ...]:
     return tuple(d + sorted(extra.items()))
 
 
-def _act(node: Node) -> tuple[int, float, float]:
-    act = node.attrs.get("_act")
+def _act(act: ops.Activation | None) -> tuple[int, float, float]:
+    """(ACT code, parameter 0, parameter 1) of a fused or standalone activation."""
     if act is None:
         return 0, 0.0, 0.0
-    op, p = act
-    if op not in ACT_CODES:
-        raise Decline(f"fused activation {op} has no compute kernel")
-    a0, a1 = {"Clip": (p.get("min", -np.inf), p.get("max", np.inf)), "LeakyRelu": (p.get("alpha", 0.01), 0.0),
-              "HardSigmoid": (p.get("alpha", 0.2), p.get("beta", 0.5))}.get(op, (0.0, 0.0))
+    if act.op not in ACT_CODES:
+        raise Decline(f"fused activation {act.op} has no compute kernel")
     clip = float(np.finfo(np.float32).max)
-    return ACT_CODES[op], float(np.clip(a0, -clip, clip)), float(np.clip(a1, -clip, clip))
+    a0, a1 = act.params
+    return ACT_CODES[act.op], float(np.clip(a0, -clip, clip)), float(np.clip(a1, -clip, clip))
+
+
+def _record(node: Node, graph: Graph, kind: type[ops.Record]):
+    """The op layer's record of ``node`` (declines when it cannot be resolved statically)."""
+    rec = ops.lower(node, graph)
+    if isinstance(rec, str):
+        raise Decline(rec)
+    if not isinstance(rec, kind):
+        raise Decline(f"no {kind.__name__} for {node.op_type}")
+    return rec
 
 
 def _bias(b: np.ndarray | None, co: int, co4p: int) -> np.ndarray:
@@ -341,54 +350,18 @@ def _grouped_dense(w: np.ndarray, group: int, transpose: bool) -> np.ndarray:
     return dense
 
 
-def _ints(node: Node, name: str, default: list[int]) -> list[int]:
-    v = node.attrs.get(name)
-    return default if v is None else [int(a) for a in np.asarray(v).reshape(-1)]
-
-
-def _conv_geometry(node: Node, graph: Graph, transpose: bool = False) -> dict[str, int]:
-    x, y = node.inputs[0], node.outputs[0]
-    xs, ys = _float_tensor(graph, x), _shape(graph, y)
-    if len(xs) != 4 or len(ys) != 4:
+def _conv_geometry(node: Node, graph: Graph, transpose: bool = False) -> dict:
+    x = node.inputs[0]
+    xs = _float_tensor(graph, x)
+    if len(xs) != 4:
         raise Decline(f"only 2-D {'transposed ' if transpose else ''}convolution (rank 4 NCHW) is supported")
     if len(node.inputs) < 2 or not node.inputs[1]:
         raise Decline("no weight")
-    wshape = _shape(graph, node.inputs[1])
-    if len(wshape) != 4:
-        raise Decline(f"weight of rank {len(wshape)}")
-    kh, kw = wshape[2], wshape[3]
-    sh, sw = _ints(node, "strides", [1, 1])
-    dh, dw = _ints(node, "dilations", [1, 1])
-    auto = str(node.attrs.get("auto_pad", "NOTSET"))
-    ih, iw, oh, ow = xs[2], xs[3], ys[2], ys[3]
-    if transpose:
-        if auto in ("SAME_UPPER", "SAME_LOWER") or node.attrs.get("output_shape") is not None:
-            pads = []
-            for ilen, olen, s, d, k in ((ih, oh, sh, dh, kh), (iw, ow, sw, dw, kw)):
-                opad = 0
-                total = s * (ilen - 1) + opad + (k - 1) * d + 1 - olen
-                total = max(total, 0)
-                pads.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-            pt, pl = pads
-        else:
-            pt, pl = _ints(node, "pads", [0, 0, 0, 0])[:2] if auto != "VALID" else (0, 0)
-    else:
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            pads = []
-            for ilen, s, d, k in ((ih, sh, dh, kh), (iw, sw, dw, kw)):
-                total = max(0, (-(-ilen // s) - 1) * s + (k - 1) * d + 1 - ilen)
-                pads.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-            pt, pl = pads
-        elif auto == "VALID":
-            pt, pl = 0, 0
-        else:
-            p4 = _ints(node, "pads", [0, 0, 0, 0])
-            pt, pl = p4[0], p4[1]
-            if (ih + p4[0] + p4[2] - (kh - 1) * dh - 1) // sh + 1 != oh or \
-               (iw + p4[1] + p4[3] - (kw - 1) * dw - 1) // sw + 1 != ow:
-                raise Decline("output shape does not match the convolution's attributes")
-    return dict(n=xs[0], ih=ih, iw=iw, ci=xs[1], oh=oh, ow=ow, co=ys[1], kh=kh, kw=kw, sh=sh, sw=sw,
-                pt=pt, pl=pl, dh=dh, dw=dw, group=int(node.attrs.get("group", 1)), wc1=wshape[1])
+    rec = _record(node, graph, ops.ConvRecord)
+    (kh, kw), (sh, sw), (dh, dw) = rec.kernel, rec.strides, rec.dilations
+    (ih, iw), (oh, ow), (pt, pl) = rec.in_spatial, rec.out_spatial, rec.pads_begin
+    return dict(n=xs[0], ih=ih, iw=iw, ci=rec.in_channels, oh=oh, ow=ow, co=rec.out_channels, kh=kh, kw=kw, sh=sh,
+                sw=sw, pt=pt, pl=pl, dh=dh, dw=dw, group=rec.group, wc1=_shape(graph, node.inputs[1])[1], act=rec.act)
 
 
 # ---- generators ----------------------------------------------------------------------------------
@@ -399,16 +372,17 @@ def _conv1x1(node: Node, graph: Graph, precision: str) -> list[Record]:
         raise Decline("not a 1x1 stride-1 unpadded ungrouped convolution")
     co, ci = g["co"], g["ci"]
     return [_gemm_record(node, graph, precision, node.inputs[0], node.outputs[0], g["n"] * g["ih"] * g["iw"], co, ci,
-                         lambda w: w.reshape(co, ci), 2, lambda b: b, "conv1x1")]
+                         lambda w: w.reshape(co, ci), 2, lambda b: b, "conv1x1", g["act"])]
 
 
 def _gemm_record(node: Node, graph: Graph, precision: str, x: str, y: str, rows: int, co: int, ci: int,
                  to_wd: Callable[[np.ndarray], np.ndarray], bias_idx: int,
-                 to_bias: Callable[[np.ndarray], np.ndarray], kernel: str) -> Kernel:
+                 to_bias: Callable[[np.ndarray], np.ndarray], kernel: str,
+                 act_rec: ops.Activation | None) -> Kernel:
     """y = x @ wd.T + b with ``to_wd(input 1) -> wd`` (co, ci) and ``to_bias(input bias_idx)``."""
     co4, ci4 = (co + 3) // 4, (ci + 3) // 4
     cob = -(-co4 // GEMM_CB)
-    act, a0, a1 = _act(node)
+    act, a0, a1 = _act(act_rec)
     groups, local = _grid_rows(-(-rows // GEMM_PX), cob, 1)
     wsrc = _source(graph, node, 1, "the weight", f"{node.name}/w",
                    lambda w: _pack_blocks(to_wd(w)[:, :, None, None], cob * GEMM_CB))
@@ -431,7 +405,7 @@ def _depthwise(node: Node, graph: Graph, precision: str) -> list[Record]:
         wp[:c] = w[:, 0]
         return np.ascontiguousarray(wp.reshape(c4, 4, g["kh"], g["kw"]).transpose(0, 2, 3, 1)).reshape(-1, 4)
 
-    act, a0, a1 = _act(node)
+    act, a0, a1 = _act(g["act"])
     extra = {"ACT": act, "BX": DW_BX}
     if DW3_BX and (g["kh"], g["kw"], g["dh"], g["dw"]) == (3, 3, 1, 1) and g["sh"] == g["sw"] and g["sh"] in (1, 2):
         extra.update(BX=DW3_BX, K3S=g["sh"])
@@ -456,7 +430,7 @@ def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> lis
     co4, ci4 = (g["co"] + 3) // 4, (g["ci"] + 3) // 4
     cbk = CONVT_CB if transpose else CONV_CB
     cob = -(-co4 // cbk)
-    act, a0, a1 = _act(node)
+    act, a0, a1 = _act(g["act"])
     if transpose:
         groups, local = _grid_rows(g["ow"] * g["oh"], cob, g["n"])
         defines = _variant(precision, ACT=act, CB=cbk)
@@ -489,10 +463,11 @@ def _gemm(node: Node, graph: Graph, precision: str) -> list[Record]:
     shape = _float_tensor(graph, a)
     if len(shape) != 2:
         raise Decline("Gemm input must be rank 2")
-    if int(node.attrs.get("transA", 0)):
+    rec = _record(node, graph, ops.GemmRecord)
+    if rec.trans_a:
         raise Decline("transA=1 on a runtime A")
-    trans_b = int(node.attrs.get("transB", 0))
-    alpha, beta = np.float32(node.attrs.get("alpha", 1.0)), np.float32(node.attrs.get("beta", 1.0))
+    trans_b = rec.trans_b
+    alpha, beta = np.float32(rec.alpha), np.float32(rec.beta)
     bs = _shape(graph, node.inputs[1])
     if len(bs) != 2:
         raise Decline("B must be rank 2")
@@ -503,18 +478,19 @@ def _gemm(node: Node, graph: Graph, precision: str) -> list[Record]:
             raise Decline(f"C of shape {cs} is not a per-column bias")
     return [_gemm_record(node, graph, precision, a, node.outputs[0], shape[0], n_out, k,
                          lambda b: (b if trans_b else b.T) * alpha, 2,
-                         lambda c: np.broadcast_to(c.reshape(-1), (n_out,)) * beta, "gemm")]
+                         lambda c: np.broadcast_to(c.reshape(-1), (n_out,)) * beta, "gemm", rec.act)]
 
 
 def _matmul(node: Node, graph: Graph, precision: str) -> list[Record]:
     a, bname = node.inputs[0], node.inputs[1]
     sa, sb, sy = _float_tensor(graph, a), _float_tensor(graph, bname), _shape(graph, node.outputs[0])
+    act = _record(node, graph, ops.MatMulRecord).act
     if len(sa) < 2 or len(sb) < 2 or len(sa) == 4 or len(sb) == 4:
         raise Decline("MatMul operands must be rank 2 or 3 (rank 4 tensors are channel-packed)")
     if bname in graph.constants and len(sb) == 2:
         return [_gemm_record(node, graph, precision, a, node.outputs[0], math.prod(sa[:-1]), sb[1], sb[0],
-                             lambda b: b.T, 2, lambda b: b, "matmul")]
-    if "_act" in node.attrs:
+                             lambda b: b.T, 2, lambda b: b, "matmul", act)]
+    if act is not None:
         raise Decline("a fused activation on MatMul of two runtime tensors")
     batch = sy[0] if len(sy) == 3 else 1
     m, k, n = sa[-2], sa[-1], sb[-1]
@@ -578,14 +554,12 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
 
 
 def _unary(node: Node, graph: Graph, precision: str) -> list[Record]:
-    from ..model import activation_of
-
-    spec = activation_of(node, graph)
+    spec = ops.activation(node, graph)
     if spec is None:
         raise Decline(f"{node.op_type} parameters must be constants")
     x = node.inputs[0]
     shape = _float_tensor(graph, x)
-    code, a0, a1 = _act(Node(node.name, "", [], [], {"_act": spec}))
+    code, a0, a1 = _act(spec)
     d0, d1, d2, c4, c = mem_dims(shape)
     total = d0 * d1 * d2 * c4
     groups, local = _grid_flat(total)
@@ -601,27 +575,18 @@ def _pool(node: Node, graph: Graph, precision: str) -> list[Record]:
     xs, ys = _float_tensor(graph, x), _shape(graph, y)
     if len(xs) != 4:
         raise Decline("only 2-D pooling (rank 4 NCHW)")
-    kh, kw = _ints(node, "kernel_shape", [])
-    sh, sw = _ints(node, "strides", [1, 1])
-    dh, dw = _ints(node, "dilations", [1, 1])
-    auto = str(node.attrs.get("auto_pad", "NOTSET"))
-    ih, iw, oh, ow = xs[2], xs[3], ys[2], ys[3]
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for ilen, olen, s, d, k in ((ih, oh, sh, dh, kh), (iw, ow, sw, dw, kw)):
-            total = max(0, (olen - 1) * s + (k - 1) * d + 1 - ilen)
-            pads.append((total // 2, total - total // 2) if auto == "SAME_UPPER" else (total - total // 2, total // 2))
-        (pt, pb), (pl, pr) = pads
-    elif auto == "VALID":
-        pt = pl = pb = pr = 0
-    else:
-        pt, pl, pb, pr = _ints(node, "pads", [0, 0, 0, 0])
+    rec = _record(node, graph, ops.PoolRecord)
+    (kh, kw), (sh, sw), (dh, dw) = rec.kernel, rec.strides, rec.dilations
+    (pt, pl), (pb, pr) = rec.pads_begin, rec.pads_end
+    (ih, iw), (oh, ow) = rec.in_spatial, rec.out_spatial
+    if tuple(ys[2:]) != rec.out_spatial:
+        raise Decline(f"the graph's output shape {ys} does not match the pooling attributes' {rec.out_spatial}")
     c4 = (xs[1] + 3) // 4
     groups, local = _grid_3d(ow, oh, xs[0] * c4)
     is_max = int(node.op_type == "MaxPool")
     params = (("n", xs[0]), ("ih", ih), ("iw", iw), ("c4s", c4), ("oh", oh), ("ow", ow), ("c", xs[1]),
               ("kh", kh), ("kw", kw), ("sh", sh), ("sw", sw), ("pt", pt), ("pl", pl), ("dh", dh), ("dw", dw),
-              ("pb", pb), ("pr", pr), ("is_max", is_max), ("include_pad", int(node.attrs.get("count_include_pad", 0))),
+              ("pb", pb), ("pr", pr), ("is_max", is_max), ("include_pad", int(rec.count_include_pad)),
               ("oc4s", c4), ("oc4o", 0))
     return [Kernel("pool", "compute/pool.comp", _variant(precision), params,
                    (Binding("in", x), Binding("out", y)), groups, local, node.name)]
@@ -651,31 +616,17 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
         raise Decline("only 2-D resize (rank 4 NCHW)")
     if xs[:2] != ys[:2]:
         raise Decline("resize of the batch or channel axis")
-    mode = str(node.attrs.get("mode", "nearest"))
+    rec = _record(node, graph, ops.ResizeRecord)
+    mode, coord, nearest = rec.mode, rec.coordinate_mode, rec.nearest_mode
     if mode not in ("nearest", "linear"):
         raise Decline(f"mode {mode!r} (nearest and linear are supported)")
-    if node.op_type == "Upsample":
-        coord, nearest = "asymmetric", "floor"
-        scales = node.attrs.get("scales")
-        if scales is None:
-            scales = _const(graph, node, 1, "scales")
-    else:
-        coord = str(node.attrs.get("coordinate_transformation_mode", "half_pixel"))
-        nearest = str(node.attrs.get("nearest_mode", "round_prefer_floor"))
-        if graph.opset < 11:
-            coord = "asymmetric"
-        if int(node.attrs.get("antialias", 0)) or node.attrs.get("axes") is not None:
-            raise Decline("antialias / axes")
-        if str(node.attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
-            raise Decline("keep_aspect_ratio_policy")
-        scales = _const(graph, node, 1 if graph.opset < 11 else 2, "scales")
-        if scales is not None and scales.size == 0:
-            scales = None
-        if scales is None:
-            scales = np.asarray([o / i for o, i in zip(ys, xs)], np.float64)
+    if rec.antialias or rec.axes is not None:
+        raise Decline("antialias / axes")
+    if rec.keep_aspect_ratio_policy != "stretch":
+        raise Decline("keep_aspect_ratio_policy")
     if coord not in _COORD or nearest not in _NEAREST:
         raise Decline(f"coordinate mode {coord!r} / nearest mode {nearest!r}")
-    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    scales = list(rec.scales)
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         raise Decline(f"scales {scales}")
     c4 = (xs[1] + 3) // 4
@@ -691,8 +642,7 @@ def _concat(node: Node, graph: Graph, precision: str) -> list[Record]:
     y = node.outputs[0]
     ys = _shape(graph, y)
     r = len(ys)
-    axis = int(node.attrs.get("axis", 0))
-    axis = axis + r if axis < 0 else axis
+    axis = _record(node, graph, ops.AxisRecord).axis
     o4, pa = view4(ys)
     ax4 = axis + 4 - r
     d0, d1, d2, oc4, oc = mem_dims(ys)
@@ -730,8 +680,7 @@ def _softmax(node: Node, graph: Graph, precision: str) -> list[Record]:
     x = node.inputs[0]
     xs = _float_tensor(graph, x)
     r = len(xs)
-    axis = int(node.attrs.get("axis", -1 if graph.opset >= 13 else 1))
-    axis = axis + r if axis < 0 else axis
+    axis = _record(node, graph, ops.AxisRecord).axis
     s4, pa = view4(xs)
     if axis + 4 - r != pa:
         packed = "channels" if r == 4 else "last"
@@ -751,19 +700,10 @@ def _pad(node: Node, graph: Graph, precision: str) -> list[Record]:
     xs, ys = _float_tensor(graph, x), _shape(graph, y)
     if len(xs) != 4:
         raise Decline("only rank 4 Pad")
-    mode = str(node.attrs.get("mode", "constant"))
+    rec = _record(node, graph, ops.PadRecord)
+    mode, p, value = rec.mode, list(rec.pads), rec.value
     if mode not in ("constant", "reflect", "edge"):
         raise Decline(f"Pad mode {mode!r}")
-    if graph.opset >= 11:
-        pads = _const(graph, node, 1, "pads")
-        value = _const(graph, node, 2, "constant_value")
-        if _const(graph, node, 3, "axes") is not None:
-            raise Decline("Pad with axes")
-        value = 0.0 if value is None or value.size == 0 else float(value.reshape(-1)[0])
-    else:
-        pads = node.attrs.get("pads")
-        value = float(node.attrs.get("value", 0.0))
-    p = [int(v) for v in np.asarray(pads).reshape(-1)]
     if len(p) != 8 or p[0] or p[1] or p[4] or p[5] or min(p) < 0:
         raise Decline(f"pads {p}: only non-negative padding of H and W")
     c4 = (xs[1] + 3) // 4
@@ -789,7 +729,7 @@ def _layout(node: Node, graph: Graph, precision: str) -> list[Record]:
     mode = 0
     if node.op_type == "Transpose":
         r = len(xs)
-        pr = _ints(node, "perm", list(range(r))[::-1])
+        pr = list(_record(node, graph, ops.TransposeRecord).perm)
         if pr == list(range(r)):
             return [Alias(x, y, "layout", node.name)]
         lead = 4 - r

@@ -16,6 +16,7 @@ import numpy as np
 
 import shaders
 
+from ... import ops
 from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET, activation_defines
 from ...graph import Graph, Node
 from .layout import Layout, LayoutError, dims4
@@ -86,7 +87,7 @@ class _Gen:
         self.inputs: list[str] = []
         self.consts: dict[str, np.ndarray] = {}
         self.loaders: list[str] = []
-        self.act = node.attrs.get("_act")
+        self.act: ops.Activation | None = None  # set by the generator from the node's record
 
     # ---- tensors ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -220,23 +221,14 @@ class _Gen:
 
 # ---- generators ---------------------------------------------------------------------------
 
-def _pads(node: Node, in_sp: tuple[int, ...], out_sp: tuple[int, ...], k: list[int], s: list[int],
-          d: list[int]) -> list[int]:
-    """Begin pads per spatial axis (end pads follow from the output shape)."""
-    auto = node.attrs.get("auto_pad", "NOTSET")
-    if isinstance(auto, bytes):
-        auto = auto.decode()
-    nd = len(in_sp)
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for i in range(nd):
-            total = max(0, (out_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i])
-            out.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-        return out
-    if auto == "VALID":
-        return [0] * nd
-    pads = list(node.attrs.get("pads", [0] * (2 * nd)))
-    return [int(p) for p in pads[:nd]]
+def _record(node: Node, graph: Graph, kind: type):
+    """The op layer's record of ``node`` (declines when it cannot be resolved statically)."""
+    rec = ops.lower(node, graph)
+    if isinstance(rec, str):
+        raise Decline(rec)
+    if not isinstance(rec, kind):
+        raise Decline(f"no {kind.__name__} for {node.op_type}")
+    return rec
 
 
 def _spatial(gen: _Gen, x: str, y: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -260,12 +252,12 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     if nd == 1:  # 1-D conv as 2-D with H = 1
         xs, ys, W = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), W[:, :, None, :]
     k = list(W.shape[2:])
-    s = [int(v) for v in node.attrs.get("strides", [1] * nd)]
-    dl = [int(v) for v in node.attrs.get("dilations", [1] * nd)]
-    p = _pads(node, xs[2:] if nd == 2 else xs[3:], ys[2:] if nd == 2 else ys[3:], k[-nd:], s, dl)
+    rec = _record(node, graph, ops.ConvRecord)
+    g.act = rec.act
+    s, dl, p = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     if nd == 1:
         s, dl, p = [1] + s, [1] + dl, [0] + p
-    group = int(node.attrs.get("group", 1))
+    group = rec.group
     cout, cing = W.shape[0], W.shape[1]
     coutg = cout // group
     taps = k[0] * k[1]
@@ -343,21 +335,13 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = _spatial(g, x, node.outputs[0])
     if len(xs) != 4:
         raise Decline("only 2-D ConvTranspose")
-    auto = node.attrs.get("auto_pad", "NOTSET")
-    if auto not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
-        raise Decline(f"auto_pad {auto!r} not supported")
     W = graph.constants[wname].astype(np.float32) if wname in graph.constants else np.zeros(g.shape(wname), np.float32)
-    group = int(node.attrs.get("group", 1))
+    rec = _record(node, graph, ops.ConvRecord)
+    g.act = rec.act
+    group = rec.group
     cin, coutg, KH, KW = W.shape
     cout, cing = coutg * group, cin // group
-    s = [int(v) for v in node.attrs.get("strides", [1, 1])]
-    dl = [int(v) for v in node.attrs.get("dilations", [1, 1])]
-    pads = [int(v) for v in node.attrs.get("pads", [0, 0, 0, 0])]
-    if "output_shape" in node.attrs:
-        # ONNX: total padding follows from the requested shape, split like SAME_UPPER
-        opad = [int(v) for v in node.attrs.get("output_padding", [0, 0])]
-        tot = [s[i] * (xs[2 + i] - 1) + opad[i] + (W.shape[2 + i] - 1) * dl[i] + 1 - ys[2 + i] for i in range(2)]
-        pads = [tot[0] - tot[0] // 2, tot[1] - tot[1] // 2]
+    s, dl, pads = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     taps = KH * KW
     grp = "0.0" if group == 1 else f"g2_idiv(c, {lit(coutg)})"
     if dynamic:  # W (Cin, Cout/group, KH, KW) read from its own texture
@@ -412,8 +396,9 @@ def gen_gemm(node: Node, graph: Graph, cfg: Config) -> Kernel:
     c = node.inputs[2] if len(node.inputs) > 2 else ""
     g.check_float(a, b, node.outputs[0], *([c] if c else []))
     ys = g.shape(node.outputs[0])
-    ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
-    alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+    rec = _record(node, graph, ops.GemmRecord)
+    g.act = rec.act
+    ta, tb, alpha, beta = rec.trans_a, rec.trans_b, rec.alpha, rec.beta
     K = g.shape(a)[0 if ta else 1]
     la, lb = g.load(a), g.load(b)
     ea = f"{la}(0.0, 0.0, kk, h)" if ta else f"{la}(0.0, 0.0, h, kk)"
@@ -432,6 +417,7 @@ def gen_matmul(node: Node, graph: Graph, cfg: Config) -> Kernel:
     a, b = node.inputs[0], node.inputs[1]
     g.check_float(a, b, node.outputs[0])
     sa, sb, ys = g.shape(a), g.shape(b), g.shape(node.outputs[0])
+    g.act = _record(node, graph, ops.MatMulRecord).act
     if len(sa) < 2 or len(sb) < 2 or len(ys) > 4:
         raise Decline("MatMul with 1-D operands or more than 4 dimensions")
     K = sa[-1]
@@ -498,9 +484,7 @@ def gen_elementwise(node: Node, graph: Graph, cfg: Config) -> Kernel:
         x = g.bcast(ins[0], y4)
         expr = _UNARY[op]
         if expr is None:  # the shared activation snippet
-            from ...model import activation_of
-
-            g.act = activation_of(node, graph)
+            g.act = ops.activation(node, graph)
             if g.act is None and op == "Clip":  # bounds computed at run time
                 lo = g.bcast(node.inputs[1], y4) if len(node.inputs) > 1 and node.inputs[1] else "(-g2_inf())"
                 hi = g.bcast(node.inputs[2], y4) if len(node.inputs) > 2 and node.inputs[2] else "g2_inf()"
@@ -549,16 +533,15 @@ def gen_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = _spatial(g, x, node.outputs[0])
     if len(xs) != 4:
         raise Decline("only 2-D pooling")
-    k = [int(v) for v in node.attrs["kernel_shape"]]
-    s = [int(v) for v in node.attrs.get("strides", [1, 1])]
-    dl = [int(v) for v in node.attrs.get("dilations", [1, 1])]
-    p = _pads(node, xs[2:], ys[2:], k, s, dl)
+    rec = _record(node, graph, ops.PoolRecord)
+    if tuple(ys[2:]) != rec.out_spatial:
+        raise Decline(f"the graph's output shape {ys} does not match the pooling attributes' {rec.out_spatial}")
+    k, s, dl, p = list(rec.kernel), list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     avg = node.op_type == "AveragePool"
-    include_pad = avg and int(node.attrs.get("count_include_pad", 0))
-    if include_pad and (node.attrs.get("ceil_mode", 0) or node.attrs.get("auto_pad", "NOTSET") not in
-                        ("NOTSET", b"NOTSET")):
+    include_pad = avg and rec.count_include_pad
+    if include_pad and (rec.ceil_mode or rec.auto_pad != "NOTSET"):
         raise Decline("count_include_pad with ceil_mode or auto_pad not supported")
-    pads_full = [int(v) for v in node.attrs.get("pads", [0, 0, 0, 0])]
+    pads_full = list(rec.pads)
     ld = g.load(x)
     lines = ["float compute(float n, float c, float h, float w) {",
              f"    float acc = {'0.0' if avg else '-g2_inf()'}; float cnt = 0.0;"]
@@ -607,34 +590,16 @@ def gen_resize(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = g.shape(x), g.shape(node.outputs[0])
     if len(xs) != 4 or xs[:2] != ys[:2]:
         raise Decline("Resize only over the last two axes of a 4-D tensor")
-    a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in node.attrs.items()}
-    if node.op_type == "Upsample":
-        mode, ctm, nearest = a.get("mode", "nearest"), "asymmetric", "floor"
-    else:
-        mode = a.get("mode", "nearest")
-        ctm = a.get("coordinate_transformation_mode", "half_pixel")
-        nearest = a.get("nearest_mode", "round_prefer_floor")
-    if a.get("antialias", 0) or a.get("axes") is not None or a.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+    rec = _record(node, graph, ops.ResizeRecord)
+    mode, ctm, nearest = rec.mode, rec.coordinate_mode, rec.nearest_mode
+    if rec.antialias or rec.axes is not None or rec.keep_aspect_ratio_policy != "stretch":
         raise Decline("Resize antialias / axes / keep_aspect_ratio_policy not supported")
-    if mode not in ("nearest", "linear", "bilinear"):
+    if mode not in ("nearest", "linear"):
         raise Decline(f"Resize mode {mode!r} not supported")
-    scales = None
-    sidx = 1 if node.op_type == "Upsample" else 2
-    if len(node.inputs) > sidx and node.inputs[sidx]:
-        if node.inputs[sidx] not in graph.constants:
-            raise Decline("Resize scales must be constant")
-        sc = graph.constants[node.inputs[sidx]].astype(np.float64).reshape(-1)
-        if sc.size:
-            scales = sc
-    if scales is None:
-        scales = np.array(ys, np.float64) / np.array(xs, np.float64)
-    roi = np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float64)
-    if node.op_type == "Resize" and node.inputs[1:2] and node.inputs[1] and ctm == "tf_crop_and_resize":
-        if node.inputs[1] not in graph.constants:
-            raise Decline("Resize roi must be constant")
-        roi = graph.constants[node.inputs[1]].astype(np.float64).reshape(-1)
     if ctm == "tf_crop_and_resize":
         raise Decline("tf_crop_and_resize (extrapolation) not supported")
+    scales = rec.scales
+    roi = np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float64)
     ld = g.load(x)
     H, W = xs[2], xs[3]
     cy = _coord_in(ctm, "h", float(scales[2]), H, ys[2], (roi[2], roi[6]))
@@ -660,11 +625,6 @@ def gen_resize(node: Node, graph: Graph, cfg: Config) -> Kernel:
     return g.finish("resize", "\n".join(lines), ys)
 
 
-def _axis(node: Node, rank: int, default: int) -> int:
-    ax = int(node.attrs.get("axis", default))
-    return ax + rank if ax < 0 else ax
-
-
 def gen_concat(node: Node, graph: Graph, cfg: Config) -> Kernel:
     g = _Gen(node, graph, cfg)
     ins = [i for i in node.inputs if i]
@@ -672,7 +632,7 @@ def gen_concat(node: Node, graph: Graph, cfg: Config) -> Kernel:
     ys = g.shape(node.outputs[0])
     if len(ys) > 4:
         raise Decline("Concat of more than 4 dimensions")
-    ax = _axis(node, len(ys), 1) + 4 - len(ys)
+    ax = _record(node, graph, ops.AxisRecord).axis + 4 - len(ys)
     coord = "nchw"[ax]
     lines = ["float compute(float n, float c, float h, float w) {"]
     off = 0
@@ -697,7 +657,7 @@ def gen_softmax(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs = g.shape(x)
     if len(xs) > 4:
         raise Decline("Softmax of more than 4 dimensions")
-    ax = _axis(node, len(xs), -1 if graph.opset >= 13 else 1)
+    ax = _record(node, graph, ops.AxisRecord).axis
     if graph.opset < 13 and ax != len(xs) - 1:
         raise Decline("Softmax before opset 13 over a non-last axis")
     ax4 = ax + 4 - len(xs)
@@ -752,7 +712,7 @@ def gen_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     r = len(xs)
     if r > 4:
         raise Decline("Transpose of more than 4 dimensions")
-    perm = [int(v) for v in node.attrs.get("perm", list(range(r))[::-1])]
+    perm = list(_record(node, graph, ops.TransposeRecord).perm)
     off = 4 - r
     out_coord = ["n", "c", "h", "w"][off:]
     src = ["0.0"] * off + [""] * r
@@ -770,24 +730,10 @@ def gen_pad(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = g.shape(x), g.shape(node.outputs[0])
     if len(xs) > 4:
         raise Decline("Pad of more than 4 dimensions")
-    mode = node.attrs.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    rec = _record(node, graph, ops.PadRecord)
+    mode, pads, value = rec.mode, list(rec.pads), rec.value
     if mode not in ("constant", "edge", "reflect"):
         raise Decline(f"Pad mode {mode!r} not supported")
-    if graph.opset >= 11:
-        if len(node.inputs) < 2 or node.inputs[1] not in graph.constants:
-            raise Decline("Pad pads must be constant")
-        pads = [int(v) for v in graph.constants[node.inputs[1]].reshape(-1)]
-        value = 0.0
-        if len(node.inputs) > 2 and node.inputs[2]:
-            if node.inputs[2] not in graph.constants:
-                raise Decline("Pad value must be constant")
-            value = float(graph.constants[node.inputs[2]].reshape(-1)[0])
-        if len(node.inputs) > 3 and node.inputs[3]:
-            raise Decline("Pad axes not supported")
-    else:
-        pads = [int(v) for v in node.attrs.get("pads", [])]
-        value = float(node.attrs.get("value", 0.0))
     r = len(xs)
     off = 4 - r
     begin = [0] * off + pads[:r]
@@ -818,19 +764,12 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = g.shape(x), g.shape(node.outputs[0])
     if len(xs) > 4:
         raise Decline("reduction of more than 4 dimensions")
-    axes = node.attrs.get("axes")
-    as_input = graph.opset >= 18 or (node.op_type == "ReduceSum" and graph.opset >= 13)
-    if as_input and len(node.inputs) > 1 and node.inputs[1]:
-        if node.inputs[1] not in graph.constants:
-            raise Decline("reduction axes must be constant")
-        axes = [int(v) for v in graph.constants[node.inputs[1]].reshape(-1)]
+    rec = _record(node, graph, ops.ReduceRecord)
+    if rec.noop:
+        raise Decline("noop_with_empty_axes")
     r = len(xs)
-    if not axes:
-        if node.attrs.get("noop_with_empty_axes", 0):
-            raise Decline("noop_with_empty_axes")
-        axes = list(range(r))
-    axes = sorted({int(a) % r + 4 - r for a in axes})
-    keep = int(node.attrs.get("keepdims", 1))
+    axes = [a + 4 - r for a in rec.axes]
+    keep = rec.keepdims
     x4 = dims4(xs)
     kept = [d for d in range(4 - r, 4) if d not in axes]
     # output coordinates (in output 4-D) map to the kept input axes in order

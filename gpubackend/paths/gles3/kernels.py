@@ -15,6 +15,7 @@ import numpy as np
 
 import shaders
 
+from ... import ops
 from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET, activation_defines
 from ...graph import Graph, Node
 from .layout import TexLayout, plan_layout, to4d
@@ -135,14 +136,12 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...] | None:
     return None if s is None else tuple(int(d) for d in s)
 
 
-def _ints(node: Node, key: str, default: list[int]) -> list[int]:
-    v = node.attrs.get(key)
-    return [int(x) for x in v] if v is not None else list(default)
-
-
-def _str(node: Node, key: str, default: str) -> str:
-    v = node.attrs.get(key, default)
-    return v.decode() if isinstance(v, bytes) else str(v)
+def _record(node: Node, graph: Graph, kind: type):
+    """The op layer's record of ``node``, or the reason it cannot be resolved statically."""
+    rec = ops.lower(node, graph)
+    if isinstance(rec, str) or rec is None:
+        return rec or f"no record for {node.op_type}"
+    return rec if isinstance(rec, kind) else f"no {kind.__name__} for {node.op_type}"
 
 
 def _const(graph: Graph, node: Node, i: int) -> np.ndarray | None:
@@ -159,24 +158,6 @@ def _check_float(graph: Graph, names: list[str]) -> str | None:
         if dt is not None and np.dtype(dt) != np.float32:
             return f"tensor {n!r} is {np.dtype(dt)}; gles3 textures hold float32 only"
     return None
-
-
-def _pads_2d(node: Node, in_hw: tuple[int, int], out_hw: tuple[int, int], k: list[int], s: list[int],
-             d: list[int]) -> list[int] | str:
-    """[top, left, bottom, right] from ``pads`` or ``auto_pad``."""
-    auto = _str(node, "auto_pad", "NOTSET")
-    if auto in ("NOTSET", "VALID"):
-        p = _ints(node, "pads", [0, 0, 0, 0]) if auto == "NOTSET" else [0, 0, 0, 0]
-        if len(p) != 4:
-            return f"pads {p} are not 2-D"
-        return [p[0], p[1], p[2], p[3]]
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        res = []
-        for i in range(2):
-            total = max(0, (out_hw[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_hw[i])
-            res.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-        return [res[0], res[1], 0, 0]  # the end pads only matter to AveragePool's count (below)
-    return f"auto_pad {auto} not supported"
 
 
 # ---- convolution family --------------------------------------------------------------------------
@@ -286,7 +267,7 @@ def _pack_weights(blocks: np.ndarray, bias: np.ndarray, out: TexLayout) -> np.nd
 
 def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarray, bias: np.ndarray | None,
                  out_shape: tuple[int, ...], strides: list[int], dil: list[int], pads: list[int], group: int,
-                 transpose: bool, act: tuple | None, name: str) -> Kernel | str:
+                 transpose: bool, act: ops.Activation | None, name: str) -> Kernel | str:
     xs = _shape(graph, x_name)
     x = layout_of(xs, lim)
     if isinstance(x, str):
@@ -371,44 +352,32 @@ def _conv_operands(node: Node, graph: Graph, what: str):
     bias = _const(graph, node, 2)
     if len(node.inputs) > 2 and node.inputs[2] and bias is None:
         return "bias is not constant"
-    xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
-    if xs is None or ys is None:
+    rec = _record(node, graph, ops.ConvRecord)
+    if isinstance(rec, str):
+        return rec
+    ys = _shape(graph, node.outputs[0])
+    if ys is None:
         return "shape not static"
-    return (w, bias, xs, ys, int(w.shape[2]), int(w.shape[3]),
-            _ints(node, "strides", [1, 1]), _ints(node, "dilations", [1, 1]))
+    return w, bias, ys, rec
 
 
 def conv(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    ops = _conv_operands(node, graph, "convolution")
-    if isinstance(ops, str):
-        return ops
-    w, bias, xs, ys, kh, kw, s, d = ops
-    pads = _pads_2d(node, (xs[2], xs[3]), (ys[2], ys[3]), [kh, kw], s, d)
-    if isinstance(pads, str):
-        return pads
-    group = int(node.attrs.get("group", 1))
-    act = node.attrs.get("_act")
+    operands = _conv_operands(node, graph, "convolution")
+    if isinstance(operands, str):
+        return operands
+    w, bias, ys, rec = operands
     name = kernel_name(node, graph) or "conv"
-    return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, s, d, pads, group, False, act, name)
+    return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, list(rec.strides), list(rec.dilations),
+                        list(rec.pads_begin), rec.group, False, rec.act, name)
 
 
 def conv_transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    ops = _conv_operands(node, graph, "ConvTranspose")
-    if isinstance(ops, str):
-        return ops
-    w, bias, xs, ys, kh, kw, s, d = ops
-    auto = _str(node, "auto_pad", "NOTSET")
-    if "pads" in node.attrs and auto == "NOTSET":
-        pads = _ints(node, "pads", [0, 0, 0, 0])
-    else:
-        opad = _ints(node, "output_padding", [0, 0])
-        pads = []
-        for i in range(2):
-            total = s[i] * (xs[2 + i] - 1) + opad[i] + (([kh, kw][i] - 1) * d[i] + 1) - ys[2 + i]
-            pads.append(total - total // 2 if auto != "SAME_UPPER" else total // 2)
-    act = node.attrs.get("_act")
-    return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, s, d, pads[:2],
-                        int(node.attrs.get("group", 1)), True, act, "convtranspose")
+    operands = _conv_operands(node, graph, "ConvTranspose")
+    if isinstance(operands, str):
+        return operands
+    w, bias, ys, rec = operands
+    return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, list(rec.strides), list(rec.dilations),
+                        list(rec.pads_begin), rec.group, True, rec.act, "convtranspose")
 
 
 def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -423,13 +392,15 @@ def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if xs is None or len(xs) != 2 or b.ndim != 2:
         return f"only 2-D x 2-D products (got {xs} x {list(b.shape)})"
     c = None
-    if node.op_type == "Gemm":
-        if int(node.attrs.get("transA", 0)):
+    rec = _record(node, graph, ops.GemmRecord if node.op_type == "Gemm" else ops.MatMulRecord)
+    if isinstance(rec, str):
+        return rec
+    if isinstance(rec, ops.GemmRecord):
+        if rec.trans_a:
             return "transA not supported"
-        if int(node.attrs.get("transB", 0)):
+        if rec.trans_b:
             b = b.T
-        alpha = float(node.attrs.get("alpha", 1.0))
-        beta = float(node.attrs.get("beta", 1.0))
+        alpha, beta = rec.alpha, rec.beta
         b = b * alpha
         c = _const(graph, node, 2)
         if len(node.inputs) > 2 and node.inputs[2] and c is None:
@@ -445,7 +416,7 @@ def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     ys = (xs[0], nout)
     name = "gemm" if node.op_type == "Gemm" else "matmul"
     return _conv_kernel(node, graph, lim, a_name, w, c, ys, [1, 1], [1, 1], [0, 0, 0, 0], 1, False,
-                        node.attrs.get("_act"), name)
+                        rec.act, name)
 
 
 # ---- elementwise -------------------------------------------------------------------------------
@@ -526,25 +497,10 @@ def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     op = node.op_type
     defines: dict[str, object] = {}
     if op in _ACT_OPS:
-        params: dict[str, float] = {}
-        if op == "Clip":
-            lo, hi = node.attrs.get("min"), node.attrs.get("max")
-            for i, key in ((1, "min"), (2, "max")):
-                if len(node.inputs) > i and node.inputs[i]:
-                    v = _const(graph, node, i)
-                    if v is None:
-                        return f"Clip {key} is not constant"
-                    if key == "min":
-                        lo = float(v)
-                    else:
-                        hi = float(v)
-            params = {"min": float("-inf") if lo is None else float(lo),
-                      "max": float("inf") if hi is None else float(hi)}
-        elif op == "LeakyRelu":
-            params = {"alpha": float(node.attrs.get("alpha", 0.01))}
-        elif op == "HardSigmoid":
-            params = {"alpha": float(node.attrs.get("alpha", 0.2)), "beta": float(node.attrs.get("beta", 0.5))}
-        defines.update(activation_defines((op, params)))
+        act = ops.activation(node, graph)
+        if act is None:
+            return "Clip bounds are not constant"
+        defines.update(activation_defines(act))
         defines["UNOP(v)"] = "activate(v)"
     elif op == "Elu":
         a = _float(node.attrs.get("alpha", 1.0))
@@ -573,25 +529,19 @@ def pool(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     x, out = layout_of(xs, lim), layout_of(ys, lim)
     if isinstance(x, str) or isinstance(out, str):
         return x if isinstance(x, str) else str(out)
-    k = _ints(node, "kernel_shape", [])
-    s = _ints(node, "strides", [1, 1])
-    d = _ints(node, "dilations", [1, 1])
-    if len(k) != 2:
+    rec = _record(node, graph, ops.PoolRecord)
+    if isinstance(rec, str):
+        return rec
+    if len(rec.kernel) != 2:
         return "kernel_shape is not 2-D"
-    auto = _str(node, "auto_pad", "NOTSET")
-    pads = _pads_2d(node, (xs[2], xs[3]), (ys[2], ys[3]), k, s, d)
-    if isinstance(pads, str):
-        return pads
-    if auto.startswith("SAME"):
-        ends = []
-        for i in range(2):
-            total = max(0, (ys[2 + i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - xs[2 + i])
-            ends.append(total - pads[i])
-        pads = [pads[0], pads[1], ends[0], ends[1]]
+    if tuple(ys[2:]) != rec.out_spatial:
+        return f"the graph's output shape {ys} does not match the pooling attributes' {rec.out_spatial}"
+    k, s, d = rec.kernel, rec.strides, rec.dilations
+    pads = rec.pads
     is_max = node.op_type == "MaxPool"
-    if not is_max and int(node.attrs.get("count_include_pad", 0)) and auto.startswith("SAME"):
+    if not is_max and rec.count_include_pad and rec.auto_pad.startswith("SAME"):
         return "count_include_pad with auto_pad SAME"
-    defines = {"POOL_MAX": int(is_max), "COUNT_PAD": int(node.attrs.get("count_include_pad", 0)),
+    defines = {"POOL_MAX": int(is_max), "COUNT_PAD": int(rec.count_include_pad),
                "KH": k[0], "KW": k[1], "SH": s[0], "SW": s[1], "DH": d[0], "DW": d[1],
                "PT": pads[0], "PL": pads[1], "PB": pads[2], "PR": pads[3]}
     src = _source("pool.frag", out, {"X": x}, False, defines)
@@ -630,14 +580,10 @@ def global_pool(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if xs is None or ys is None:
         return "shape not static"
     if node.op_type == "ReduceMean":
-        axes = node.attrs.get("axes")
-        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
-            a = _const(graph, node, 1)
-            if a is None:
-                return "axes are not constant"
-            axes = a.tolist()
-        if len(xs) != 4 or axes is None or sorted(int(a) % 4 for a in axes) != [2, 3] \
-                or not int(node.attrs.get("keepdims", 1)):
+        red = _record(node, graph, ops.ReduceRecord)
+        if isinstance(red, str):
+            return red
+        if len(xs) != 4 or red.axes != (2, 3) or not red.keepdims:
             return "ReduceMean only over H and W of a 4-D tensor with keepdims"
     if len(xs) != 4:
         return "global pooling of a tensor that is not 4-D"
@@ -662,36 +608,21 @@ def resize(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return "shape not static"
     if len(xs) != 4 or xs[:2] != ys[:2]:
         return "resizing only H and W of a 4-D tensor"
-    mode = _str(node, "mode", "nearest")
-    if node.op_type == "Upsample" or graph.opset < 11:
-        ct = "asymmetric"
-        scales = node.attrs.get("scales")
-        if scales is None:
-            v = _const(graph, node, 1)
-            if v is None:
-                return "scales are not constant"
-            scales = v.tolist()
-    else:
-        ct = _str(node, "coordinate_transformation_mode", "half_pixel")
-        if int(node.attrs.get("antialias", 0)):
-            return "antialias not supported"
-        if node.attrs.get("axes") is not None:
-            return "axes not supported"
-        sc = _const(graph, node, 2)
-        if len(node.inputs) > 2 and node.inputs[2] and sc is None:
-            return "scales are not constant"
-        scales = sc.tolist() if sc is not None and sc.size else [ys[i] / xs[i] for i in range(4)]
-        if sc is None or not sc.size:
-            if len(node.inputs) > 3 and node.inputs[3] and _const(graph, node, 3) is None:
-                return "sizes are not constant"
-    if mode not in ("nearest", "linear", "bilinear"):
+    rec = _record(node, graph, ops.ResizeRecord)
+    if isinstance(rec, str):
+        return rec
+    if rec.antialias:
+        return "antialias not supported"
+    if rec.axes is not None:
+        return "axes not supported"
+    mode, ct, nm, scales = rec.mode, rec.coordinate_mode, rec.nearest_mode, list(rec.scales)
+    if mode not in ("nearest", "linear"):
         return f"mode {mode} not supported"
     cts = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3,
            "tf_half_pixel_for_nn": 4}
     if ct not in cts:
         return f"coordinate_transformation_mode {ct} not supported"
     nms = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
-    nm = _str(node, "nearest_mode", "round_prefer_floor")
     if nm not in nms:
         return f"nearest_mode {nm} not supported"
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
@@ -712,7 +643,10 @@ def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if isinstance(out, str):
         return out
     assert ys is not None
-    axis = int(node.attrs.get("axis", 1)) % len(ys)
+    rec = _record(node, graph, ops.AxisRecord)
+    if isinstance(rec, str):
+        return rec
+    axis = rec.axis
     if axis != 1 or len(ys) < 2:
         return f"Concat along axis {axis} (only channels, axis 1)"
     inputs: dict[str, TexLayout] = {}
@@ -760,8 +694,10 @@ def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if isinstance(x, str):
         return x
     assert xs is not None
-    default = -1 if graph.opset >= 13 else 1
-    axis = int(node.attrs.get("axis", default)) % max(1, len(xs))
+    rec = _record(node, graph, ops.AxisRecord)
+    if isinstance(rec, str):
+        return rec
+    axis = rec.axis
     if axis != 1 or len(xs) < 2:
         return f"Softmax along axis {axis} (only the channel axis 1)"
     if graph.opset < 13 and int(np.prod(xs[2:])) != 1:
@@ -775,23 +711,12 @@ def pad(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
     if xs is None or ys is None or len(xs) != 4:
         return "Pad only of static 4-D tensors"
-    if graph.opset >= 11:
-        p = _const(graph, node, 1)
-        if p is None:
-            return "pads are not constant"
-        pads = [int(v) for v in p.reshape(-1)]
-        cv = _const(graph, node, 2)
-        if len(node.inputs) > 2 and node.inputs[2] and cv is None:
-            return "constant_value is not constant"
-        value = 0.0 if cv is None or cv.size == 0 else float(cv.reshape(-1)[0])
-        if len(node.inputs) > 3 and node.inputs[3]:
-            return "axes input not supported"
-    else:
-        pads = _ints(node, "pads", [])
-        value = float(node.attrs.get("value", 0.0))
+    rec = _record(node, graph, ops.PadRecord)
+    if isinstance(rec, str):
+        return rec
+    pads, value, mode = list(rec.pads), rec.value, rec.mode
     if len(pads) != 8 or any(pads[i] for i in (0, 1, 4, 5)):
         return "Pad only over H and W"
-    mode = _str(node, "mode", "constant")
     modes = {"constant": 0, "reflect": 1, "edge": 2}
     if mode not in modes:
         return f"mode {mode} not supported"
@@ -857,7 +782,8 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
     op = node.op_type
     if op == "Conv":
         w = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
-        group = int(node.attrs.get("group", 1))
+        rec = ops.lower(node, graph)
+        group = rec.group if isinstance(rec, ops.ConvRecord) else 1
         if w is not None and w.ndim == 4 and group > 1:
             return "depthwise" if w.shape[1] == 1 and w.shape[0] == group else "conv"
         if w is not None and w.ndim == 4 and w.shape[2] == w.shape[3] == 1:

@@ -1,0 +1,39 @@
+"""The op layer: ONNX semantics resolved once, for every path.
+
+``records`` lowers a graph node into a typed, frozen record (explicit pads, normalised axes,
+resolved Resize modes, the fused activation, ...) and validates its attributes, raising
+:class:`~gpubackend.errors.ModelError` naming the node, op and attribute. The GPU paths read
+these records instead of ``node.attrs``; ``fallback/`` keeps its own parsing as the reference.
+"""
+
+from __future__ import annotations
+
+from .records import (
+    Activation,
+    AxisRecord,
+    CastRecord,
+    ConvRecord,
+    DepthSpaceRecord,
+    GatherRecord,
+    GemmRecord,
+    GlobalPoolRecord,
+    MatMulRecord,
+    NormRecord,
+    PadRecord,
+    PoolRecord,
+    Record,
+    ReduceRecord,
+    ReshapeRecord,
+    ResizeRecord,
+    SliceRecord,
+    SplitRecord,
+    TransposeRecord,
+    activation,
+    lower,
+    validate,
+)
+
+__all__ = ["Activation", "AxisRecord", "CastRecord", "ConvRecord", "DepthSpaceRecord", "GatherRecord", "GemmRecord",
+           "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record", "ReduceRecord",
+           "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord", "activation", "lower",
+           "validate"]
