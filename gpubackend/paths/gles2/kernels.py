@@ -188,7 +188,7 @@ class _Gen:
         if iterations > LOOP_BUDGET:
             raise Decline(f"{iterations} loop iterations per fragment is too many "
                           f"(llvmpipe silently stops loops after {LLVMPIPE_LOOP_LIMIT}; budget {LOOP_BUDGET})")
-        defines: dict[str, object] = dict(activation_defines(self.act))
+        defines: dict[str, object] = dict(activation_defines(None if self.act is None else self.act.spec))
         defines.update(extra_defines or {})
         # gl_FragCoord is mediump in GLSL ES 1.00: copy it to highp before any arithmetic, or a
         # driver that lowers mediump to fp16 (Mesa does) loses the texel index beyond 1024.

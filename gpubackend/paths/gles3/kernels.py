@@ -329,7 +329,7 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
         (out.h - 1) * strides[0] + (kh - 1) * dil[0] < x.h and (out.w - 1) * strides[1] + (kw - 1) * dil[1] < x.w
     decls = _weight_decls(mode, out.planes, nw) + "\n" + _conv_code(kind, x, out, mode, nw, cig, cog,
                                                                        unrolled, kh, kw, always_inside)
-    defines = activation_defines(act)
+    defines = activation_defines(None if act is None else act.spec)
     if unrolled:
         defines["CONV_UNROLLED"] = True
     src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, True,
@@ -500,7 +500,7 @@ def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         act = ops.activation(node, graph)
         if act is None:
             return "Clip bounds are not constant"
-        defines.update(activation_defines(act))
+        defines.update(activation_defines(act.spec))
         defines["UNOP(v)"] = "activate(v)"
     elif op == "Elu":
         a = _float(node.attrs.get("alpha", 1.0))
