@@ -493,9 +493,10 @@ def _conv(node: Node, graph: Graph) -> ConvRecord | str:
         except FallbackError as exc:
             raise _geometry_error(node, exc) from exc
         opad, pb, pe, out = [0] * nsp, g.pad_begin, g.pad_end, g.out
-    spatial_extent = [n + b + e for n, b, e in zip(xs[2:], pb, pe)]
-    if max(spatial_extent + list(out)) > INT32_MAX or min(pb + pe) < 0:
-        raise at.error("pads", f"{attrs['pads']} give a padded input of {spatial_extent}")
+    # (ConvTranspose's resolved pads may be negative: an output_shape larger than the full output)
+    extent = list(out) if transpose else [n + b + e for n, b, e in zip(xs[2:], pb, pe)] + list(out)
+    if max(extent) > INT32_MAX:
+        raise at.error("pads", f"{attrs['pads']} give a padded size of {extent}, beyond 32 bits")
     ys = _shape(graph, node.outputs[0]) if node.outputs else None
     if ys is not None and (len(ys) != len(xs) or tuple(ys[2:]) != tuple(out) or ys[1] != m):
         return f"the graph's output shape {ys} does not match the attributes' {(xs[0], m, *out)}"
