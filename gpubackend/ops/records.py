@@ -579,6 +579,8 @@ def _resize(node: Node, graph: Graph) -> ResizeRecord | str:
             axes = tuple(_norm_axis(node, "axes", a, len(xs)) for a in ax)
         for idx in (2, 3):
             v = _const(graph, node, idx)
+            if isinstance(v, str) and idx == 3 and node.outputs and _shape(graph, node.outputs[0]) is not None:
+                continue  # run-time sizes: the static output shape says the same (scales = out / in)
             if isinstance(v, str):
                 return f"{'scales' if idx == 2 else 'sizes'}: {v}"
             if v is not None and v.size:
