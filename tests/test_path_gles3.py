@@ -348,12 +348,12 @@ def test_every_shader_compiles_as_glsl_es_300():
     sources = {"fullscreen.vert": kernels.vertex_source(),
                "fma_peak.frag": shaders.source("gles3/fma_peak.frag", "300 es", {"PEAK_ITERS": 4},
                                                shaders.read("gles3/header.glsl"))}
-    graph = Graph([], ["x"], ["y"], {"w": rnd(6, 5, 3, 3), "wd": rnd(5, 1, 3, 3), "wg": rnd(6, 1, 3, 3),
+    graph = Graph([], ["x"], ["y"], {"w": rnd(6, 5, 3, 3), "wd": rnd(5, 1, 3, 3), "wg": rnd(10, 1, 3, 3),
                                      "s": np.array([1, 1, 2, 2], np.float32),
                                      "p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)},
                   {"x": (1, 5, 6, 6), "y": (1, 6, 6, 6), "yd": (1, 5, 6, 6), "z": (1, 5, 12, 12),
                    "q": (1, 5, 3, 3), "c": (1, 10, 6, 6), "x2": (1, 5, 6, 6), "yp": (1, 5, 8, 8),
-                   "g": (1, 5, 1, 1), "yt": (1, 6, 8, 8), "yg": (1, 6, 6, 6)}, {}, 17)
+                   "g": (1, 5, 1, 1), "yt": (1, 6, 8, 8), "yg": (1, 10, 6, 6)}, {}, 17)
     nodes = [Node("a", "Conv", ["x", "w"], ["y"], {"pads": [1] * 4, "_act": ("HardSwish", {})}),
              Node("b", "Conv", ["x", "wd"], ["yd"], {"pads": [1] * 4, "group": 5}),
              Node("b2", "Conv", ["x", "wg"], ["yg"], {"pads": [1] * 4, "group": 5}),
