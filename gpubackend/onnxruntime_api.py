@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +161,19 @@ class InferenceSession:
             raise GpuBackendError("InferenceSession.run takes (output_names, input_feed) as onnxruntime does; "
                                   "the feeds came first (that is gpubackend.Session.run's order)")
         return self._session.run(input_feed, None if output_names is None else list(output_names))
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Callable[[list[np.ndarray] | None, Any, str], None], user_data: Any = None,
+                  run_options: Any = None) -> None:
+        """onnxruntime's asynchronous run: ``callback(outputs, user_data, error_text)`` is called
+        from a worker thread when the run ends (outputs None and the error's text on failure)."""
+        future = self._session.run_async(input_feed, None if output_names is None else list(output_names))
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            callback(None if exc else f.result(), user_data, f"{type(exc).__name__}: {exc}" if exc else "")
+
+        future.add_done_callback(done)
 
     # ---- describing -------------------------------------------------------------------
     def _value_infos(self, names: list[str], infos: Sequence[onnx.ValueInfoProto]) -> list[NodeArg]:

@@ -329,7 +329,25 @@ class Session:
         return self._paths[key]
 
     def _candidates(self) -> list[Path]:
-        """The paths a node may run on, best first."""
+        """The paths a node may run on, best first. A path the probe verified but that this
+        process cannot create (no GL context here, say) counts as broken: the next path takes
+        over with fallback on; without it, PathUnavailableError."""
+        while True:
+            keys = self._candidate_keys()
+            paths: list[Path] = []
+            try:
+                for key in keys:
+                    paths.append(self._path(key))
+                return paths
+            except _driver_errors() as exc:
+                msg = f"the {key} path could not be created in this process: {exc}"
+                if not self.fallback or key == "cpu":
+                    raise PathUnavailableError(msg) from exc
+                log.warning("%s; using the next path", msg)
+                self._notes.append(msg)
+                self._broken.add(key)
+
+    def _candidate_keys(self) -> list[str]:
         keys = [k for k in [self.path, *self._preference] if k not in self._broken]
         if self.fallback:
             if not any(k != "cpu" for k in keys) and self.path != "cpu":
@@ -339,7 +357,7 @@ class Session:
                         if k not in self._broken and self._reachable(k) and self._usable(k)[0]][:1]
             if "cpu" not in keys:
                 keys.append("cpu")
-        return [self._path(k) for k in keys]
+        return keys
 
     # ---- planning ----------------------------------------------------------------------
     def _variant(self, key: tuple, shapes: Mapping[str, Any], outputs: tuple[str, ...] = (),

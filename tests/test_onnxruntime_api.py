@@ -3,6 +3,7 @@ either module on every path and gets onnxruntime's results."""
 
 from __future__ import annotations
 
+import threading
 import types
 
 import numpy as np
@@ -131,3 +132,24 @@ def test_unknown_providers_are_skipped_like_onnxruntime() -> None:
     with pytest.raises(gpubackend.OptionError):
         gpubackend.InferenceSession(_two_headed_model(), providers="CPUExecutionProvider")
     assert gpubackend.get_all_providers()[-1] == "CPUExecutionProvider"
+
+
+def test_run_async_calls_back_like_onnxruntime() -> None:
+    sess = gpubackend.InferenceSession(_two_headed_model(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = sess.run(["probs"], {"image": x})
+    done = threading.Event()
+    got: list = []
+
+    def callback(outputs, user_data, err) -> None:
+        got.append((outputs, user_data, err))
+        done.set()
+
+    sess.run_async(["probs"], {"image": x}, callback, "tag")
+    assert done.wait(60)
+    outputs, user_data, err = got[0]
+    assert user_data == "tag" and err == "" and np.array_equal(outputs[0], want[0])
+    done.clear()
+    sess.run_async(["probs"], {"image": x[:, :2]}, callback, None)
+    assert done.wait(60)
+    assert got[1][0] is None and "InputError" in got[1][2]

@@ -74,3 +74,19 @@ def test_disabled_path_is_not_used() -> None:
     with pytest.raises(gpubackend.PathUnavailableError, match="disabled"):
         gpubackend.Session(_dynamic_model(), options=SessionOptions(path="gles2", disabled_paths={"gles2"},
                                                                     fallback=False))
+
+
+def test_path_that_cannot_be_created_falls_back(monkeypatch) -> None:
+    """The probe verified gles3, but this process cannot make its gles3 context: fallback runs the
+    nodes on the next path (gles2 or cpu); without fallback the error is a GpuBackendError, not the driver's."""
+    healthy = gpubackend.probe()
+    if not healthy.usable("gles3"):
+        pytest.skip(f"gles3 is not verified here: {healthy.paths['gles3'].reason}")
+    monkeypatch.setattr(gpubackend.Session, "_probe", lambda self: healthy)  # verdict from before the fault
+    monkeypatch.setenv("GPUBACKEND_FAULT", "absent@gles3")
+    sess = gpubackend.Session(_dynamic_model(), path="gles3", input_shapes={"x": (2, 3)})
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(sess.run({"x": x})[0], -np.maximum(x, 0))
+    assert "gles3" not in set(sess.placement.values()) and "could not be created" in sess.explain()
+    with pytest.raises(gpubackend.PathUnavailableError, match="could not be created"):
+        gpubackend.Session(_dynamic_model(), path="gles3", fallback=False, input_shapes={"x": (2, 3)})
