@@ -106,6 +106,9 @@ def test_selfie_graph_is_nchw_inside(models: dict) -> None:
     assert "DequantizeLinear" not in ops
     assert [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim] == [1, 256, 256, 3]
     assert proto.graph.input[0].name == "input_1"
+    # the face detector's channel-widening PADs become Concats with constant fill (kept on the GPU segment)
+    face_ops = [n.op_type for n in tflite_to_onnx(models["face_detection_short_range"]).graph.node]
+    assert "Pad" not in face_ops and face_ops.count("Concat") >= 11
 
 
 def test_detection_and_bad_files(tmp_path, models: dict) -> None:

@@ -358,9 +358,22 @@ class _Importer:
         nchw = len(p) == 4 and self.stored_nchw(ins[0])
         if nchw:
             p = p[list(_TO_NCHW)]
+        value = self.const(ins[2]).astype(np.float32).reshape(()) if len(ins) > 2 and ins[2] >= 0 else None
+        if nchw and not p[[0, 2, 3]].any():
+            # Channel-only padding (residual blocks that widen): a Concat with constant fill, which the
+            # GPU paths run inside their segment (gles3's Pad covers H and W only).
+            n, c, h, w = (self.shape(ins[0])[i] for i in _TO_NCHW)
+            fill = np.float32(0.0 if value is None else value)
+            parts = [self.value(ins[0], True)]
+            if p[1, 0]:
+                parts.insert(0, self.init(self.tname(out) + "/fill_before", np.full((n, p[1, 0], h, w), fill)))
+            if p[1, 1]:
+                parts.append(self.init(self.tname(out) + "/fill_after", np.full((n, p[1, 1], h, w), fill)))
+            self.node("Concat", parts, [self.output(out, True)], axis=1)
+            return
         inputs = [self.value(ins[0], nchw), self.init(self.tname(out) + "/pads", np.concatenate([p[:, 0], p[:, 1]]))]
-        if len(ins) > 2 and ins[2] >= 0:
-            inputs.append(self.init(self.tname(out) + "/value", self.const(ins[2]).astype(np.float32).reshape(())))
+        if value is not None:
+            inputs.append(self.init(self.tname(out) + "/value", value))
         self.node("Pad", inputs, [self.output(out, nchw)], mode="constant")
 
     def reshape(self, ins: list[int], out: int) -> None:
