@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -65,6 +66,10 @@ def shape_value_inputs(graph: Graph) -> list[str]:
         elif (node := producers.get(name)) is not None and node.op_type in _SHAPE_PLUMBING:
             todo += [i for i in node.inputs if i]
     return [n for n in graph.inputs if n in found]
+
+
+# A shape such as (1, 40, 120) or [120, 360] inside a decline reason; explain() groups without it.
+_SHAPE_IN_REASON = re.compile(r"[(\[]\d+(?:, *\d+)*,?[)\]]")
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -543,7 +548,8 @@ class Session:
             groups: dict[tuple[str, str], dict[str, int]] = {}
             for name, reasons in fell:
                 own = [r.split(": ", 1)[1] for r in reasons if r.startswith(self.path + ": ")]
-                group = groups.setdefault((variant.plan.placement.get(name, "?"), "; ".join(own or reasons)), {})
+                why = _SHAPE_IN_REASON.sub("(...)", "; ".join(own or reasons))  # one group for all shapes
+                group = groups.setdefault((variant.plan.placement.get(name, "?"), why), {})
                 group[ops.get(name, "?")] = group.get(ops.get(name, "?"), 0) + 1
             for (dest, why), by_op in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
                 listed = ", ".join(f"{op} ({k})" for op, k in sorted(by_op.items(), key=lambda kv: -kv[1]))

@@ -306,3 +306,16 @@ def test_explain_groups_by_reason_with_counts():
     per_node = sess.explain(verbose=True)
     assert per_node.startswith(text) and "per node:" in per_node
     assert len(per_node.splitlines()) - len(text.splitlines()) == 1 + len(sess.fallback_nodes)
+
+
+@pytest.mark.parametrize("path", ["gles2", "gles3", "gles31", "vulkan"])
+def test_batch_of_two_on_every_gpu_path(path):
+    """The classifier head with a dynamic batch, fed two images: on each GPU path, against onnxruntime."""
+    model = _classifier([-1, 3, "h", "w"])
+    x = np.random.default_rng(2).standard_normal((2, 3, 16, 24)).astype(np.float32)
+    sess = gpubackend.Session(model, path=path)
+    (got,) = sess.run({"x": x})
+    (ref,) = _ort(_classifier(["n", 3, "h", "w"]), {"x": x})
+    assert got.shape == ref.shape == (2, 2 * 16 * 24)
+    assert _error(got, ref) <= 1e-4
+    assert "not known statically" not in sess.explain(verbose=True)
