@@ -7,6 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tabulate import tabulate
+
 PATH_KEYS = ("vulkan", "gles31", "gles3", "gles2", "cpu")  # best first
 GPU_PATH_KEYS = PATH_KEYS[:-1]
 PREFER_SOFTWARE_ENV = "GPUBACKEND_PREFER_SOFTWARE"
@@ -117,11 +119,8 @@ class ProbeReport:
                 reason += f" [disabled: {', '.join(v.disabled_kernels)}]"
             rows.append((key, _yn(v.available), _yn(v.verified), _yn(key == self.preferred_path), _yn(v.software),
                          err, reason))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        lines = []
-        for r in rows:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
-        lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 6)
+        lines = [line.rstrip() for line in
+                 tabulate(rows[1:], headers=rows[0], tablefmt="simple", disable_numparse=True).splitlines()]
         lines.append("")
         lines.append(f"preferred path: {self.preferred_path}"
                      f"   (probe {'cached' if self.cached else 'ran'} in {self.elapsed_s:.2f} s)")

@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tabulate import tabulate
+
 
 def _table(rows: Sequence[Sequence[str]], right: Sequence[bool] | None = None) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    right = right or [i > 0 for i in range(len(widths))]
-    lines = []
-    for j, r in enumerate(rows):
-        lines.append("  ".join(c.rjust(w) if right[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     .rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
+    """Header row first; ``right``: which columns align right (default: all but the first)."""
+    right = right or [i > 0 for i in range(len(rows[0]))]
+    text = tabulate(rows[1:], headers=rows[0], tablefmt="simple", disable_numparse=True,
+                    colalign=["right" if r else "left" for r in right])
+    return [line.rstrip() for line in text.splitlines()]
 
 
 def _f(v: Any, fmt: str = "{:.2f}") -> str:

@@ -12,6 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 from .runner import SuiteResult
 
 
@@ -41,9 +43,8 @@ def summary_table(result: SuiteResult, max_failures: int = 40) -> str:
         rows.append((row["path"], row["precision"], row["status"], str(row["cases"]), str(row["passed"]),
                      str(row["failed"]), str(row["unsupported"]), _fmt(row["worst_ratio"]), _fmt(row["worst_rel"]),
                      f"{row['elapsed_s']:.1f}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = tabulate(rows[1:], headers=head, tablefmt="simple", disable_numparse=True,
+                     colalign=["left"] * 3 + ["right"] * (len(head) - 3)).splitlines()
     for row in result.summary():
         if row["status"] != "run" and row["reason"]:
             lines.append(f"  {row['path']}/{row['precision']}: {row['status']}: {row['reason'].splitlines()[0]}")
