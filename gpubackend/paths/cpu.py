@@ -264,7 +264,7 @@ class OnnxruntimeSegment(Segment):
         self.notes: list[str] = []
 
     def _session(self, feeds: dict[str, np.ndarray]) -> Any:
-        key = tuple((n, feeds[n].shape, feeds[n].dtype.str) for n in self.inputs)
+        key = tuple((feeds[n].shape, feeds[n].dtype) for n in self.inputs)
         sess = self._sessions.get(key)
         if sess is None:
             with self._lock:
