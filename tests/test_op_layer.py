@@ -65,6 +65,15 @@ def _graph(consts: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], op
     return Graph([], [n for n in shapes if n not in consts], ["y"], consts, shapes=dict(shapes), opset=opset)
 
 
+def test_attributes_are_checked_even_when_shapes_are_unknown() -> None:
+    g = _graph({}, {})
+    assert isinstance(ops.lower(Node("c", "Conv", ["x", "w"], ["y"], {"strides": [1, 1]}), g), str)
+    with pytest.raises(ModelError, match="'strides'"):
+        ops.lower(Node("c", "Conv", ["x", "w"], ["y"], {"strides": [0, 0]}), g)
+    with pytest.raises(ModelError, match="'pads'"):
+        ops.lower(Node("c", "Conv", ["x", "w"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1]}), g)
+
+
 def test_conv_transpose_record_resolves_output_padding_and_same_pads() -> None:
     g = _graph({"w": np.zeros((3, 4, 3, 3), np.float32)}, {"x": (1, 3, 5, 7), "y": (1, 4, 10, 14)})
     rec = ops.lower(Node("t", "ConvTranspose", ["x", "w"], ["y"],

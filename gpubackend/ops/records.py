@@ -440,7 +440,12 @@ def _conv(node: Node, graph: Graph) -> ConvRecord | str:
     group = at.int("group", 1, lo=1)
     at.str("auto_pad", "NOTSET", AUTO_PADS)
     xs, ws = _shape(graph, _input(node, 0)), _shape(graph, _input(node, 1))
-    if ws is None:
+    if ws is None:  # the attributes alone are still checked
+        ks = at.ints("kernel_shape", None, lo=1)
+        nsp = len(ks) if ks is not None else None
+        at.ints("strides", None, nsp, lo=1)
+        at.ints("dilations", None, nsp, lo=1)
+        at.ints("pads", None, None if nsp is None else 2 * nsp, lo=0)
         return "the weight's shape is not known statically"
     if len(ws) < 3:
         raise _error(node, f"weight of shape {ws}: expected (M, C/group, k...) with at least one spatial axis")
