@@ -104,6 +104,12 @@ CASES = [
     Case("pad_reflect", "Pad", {"mode": "reflect"}, {"x": (1, 3, 5, 6)}, {"pads": _i64(0, 0, 1, 2, 0, 0, 2, 1)}),
     Case("pad_constant_value", "Pad", {"mode": "constant"}, {"x": (1, 5, 3, 4)},
          {"pads": _i64(0, 0, 2, 0, 0, 0, 1, 3), "value": _f32(1.5)}),
+    Case("reducemean_hw_keepdims", "ReduceMean", {"axes": [-2, -1]}, {"x": (2, 5, 3, 4)}, opset=13,
+         declines=frozenset({"gles31", "vulkan"})),
+    Case("reducesum_channels_axes_input", "ReduceSum", {"keepdims": 0}, {"x": (1, 6, 2, 3)}, {"axes": _i64(1)},
+         declines=frozenset({"gles31", "vulkan", "gles3"})),
+    Case("conv1d_pads_stride", "Conv", {"pads": [2, 1], "strides": [2]}, {"x": (1, 3, 11)}, {"w": _w(4, 3, 3)},
+         declines=frozenset({"gles31", "vulkan", "gles3"})),
     Case("transpose_nhwc", "Transpose", {"perm": [0, 2, 3, 1]}, {"x": (1, 5, 3, 2)},
          declines=frozenset({"gles3"})),
 ]
