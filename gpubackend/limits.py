@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import ops
 from .errors import ResourceLimitError
 from .graph import Graph, Node
 
@@ -57,7 +58,8 @@ def node_macs(node: Node, graph: Graph) -> int | None:
         a = shape(0)
         if not out or not a:
             return None
-        k = a[0] if node.op_type == "Gemm" and node.attrs.get("transA") else a[-1]
+        rec = ops.lower(node, graph)
+        k = a[0] if isinstance(rec, ops.GemmRecord) and rec.trans_a else a[-1]
         return math.prod(out) * k
     return None
 

@@ -407,7 +407,9 @@ def fold_batchnorm(graph: Graph) -> None:
         if bn.inputs[0] != conv.outputs[0] or not all(i in graph.constants for i in bn.inputs[1:5]):
             continue
         scale, beta, mean, var = (graph.constants[i].astype(np.float64) for i in bn.inputs[1:5])
-        s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        norm = ops.lower(bn, graph)
+        eps = norm.epsilon if isinstance(norm, ops.NormRecord) else 1e-5
+        s = scale / np.sqrt(var + eps)
         w = graph.constants[conv.inputs[1]]
         b = graph.constants[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0])
         w_name, b_name = conv.name + "/bn_folded_W", conv.name + "/bn_folded_B"

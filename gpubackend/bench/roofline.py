@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import ops
 from ..graph import Graph, Node
 from .micro import Peak
 
@@ -52,19 +53,20 @@ def node_cost(node: Node, graph: Graph, elem_bytes: int = 4) -> NodeCost | None:
     x, w = shapes[0], shapes[1]
     bias = _numel(shapes[2]) if len(shapes) > 2 and shapes[2] is not None else 0
     moved = (_numel(x) + _numel(w) + bias + _numel(out)) * elem_bytes
+    rec = ops.lower(node, graph)
     if node.op_type == "Conv":
-        group = int(node.attrs.get("group", 1))
+        group = rec.group if isinstance(rec, ops.ConvRecord) else 1
         reduction = _numel(w[1:])
         kind = "depthwise" if group > 1 and group == x[1] else "pointwise" if _numel(w[2:]) == 1 else "conv"
         kernel = "x".join(str(d) for d in w[2:])
         return NodeCost(node.name, node.op_type, kind, 2.0 * _numel(out) * reduction, moved,
                         f"{_fmt(x)} -> {_fmt(out)}, {kernel}" + (f", group {group}" if group > 1 else ""))
     if node.op_type == "ConvTranspose":
-        group = int(node.attrs.get("group", 1))
+        group = rec.group if isinstance(rec, ops.ConvRecord) else 1
         return NodeCost(node.name, node.op_type, "convtranspose", 2.0 * _numel(x) * _numel(w[1:]), moved,
                         f"{_fmt(x)} -> {_fmt(out)}, {'x'.join(str(d) for d in w[2:])}")
     if node.op_type == "Gemm":
-        k = x[0] if node.attrs.get("transA", 0) else x[-1]
+        k = x[0] if isinstance(rec, ops.GemmRecord) and rec.trans_a else x[-1]
         return NodeCost(node.name, node.op_type, "gemm", 2.0 * _numel(out) * k, moved,
                         f"{_fmt(out)} x K={k}")
     k = x[-1]  # MatMul

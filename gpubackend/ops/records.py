@@ -132,7 +132,7 @@ def _const(graph: Graph, node: Node, i: int) -> np.ndarray | None | str:
     if not name:
         return None
     if name not in graph.constants:
-        return f"input {i} ({name!r}) arrives at run time"
+        return f"input {i} ({name!r}) is not constant (it arrives at run time)"
     return np.asarray(graph.constants[name])
 
 
