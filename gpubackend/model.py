@@ -272,6 +272,8 @@ def infer_shapes(proto: onnx.ModelProto, graph: Graph, protos: Mapping[int, onnx
                 else:
                     dims.add().dim_value = int(d)
     used = {i for n in graph.nodes for i in n.inputs if i}
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in mg.node for a in n.attribute):
+        used = set(graph.constants)  # If / Loop / Scan bodies read outer tensors that are not node inputs
     for name in used & graph.constants.keys():
         arr = graph.constants[name]
         if arr.size <= _INFERENCE_VALUE_LIMIT and arr.dtype != object:
