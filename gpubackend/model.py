@@ -346,12 +346,16 @@ def fold_constants(graph: Graph) -> bool:
     kept = []
     for node in graph.nodes:
         value = None
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            value = fallback.run_node("Constant", [], node.attrs, graph.opset)
-        elif node.op_type in ("Shape", "Size") and node.inputs and graph.shape(node.inputs[0]) is not None:
-            x = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), graph.shape(node.inputs[0]),
-                                                (0,) * len(graph.shape(node.inputs[0]) or ()))
-            value = fallback.run_node(node.op_type, [x], node.attrs, graph.opset)
+        if node.op_type in ("Constant", "Shape", "Size") and node.domain in ("", "ai.onnx"):
+            shape = graph.shape(node.inputs[0]) if node.op_type != "Constant" and node.inputs else None
+            if node.op_type == "Constant" or shape is not None:
+                # Shape and Size read only the shape: a zero-stride view allocates nothing
+                operands = [] if shape is None else [np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape,
+                                                                                     (0,) * len(shape))]
+                try:
+                    value = fallback.run_node(node.op_type, operands, node.attrs, graph.opset)
+                except Exception as exc:
+                    raise ModelError(f"node {node.name} ({node.op_type}): {exc}") from exc
         elif (node.domain in ("", "ai.onnx") and node.op_type not in _NOT_FOLDABLE
               and node.op_type in fallback.supported_ops()
               and all(i == "" or i in graph.constants for i in node.inputs) and node.outputs):
