@@ -90,3 +90,27 @@ def test_path_that_cannot_be_created_falls_back(monkeypatch) -> None:
     assert "gles3" not in set(sess.placement.values()) and "could not be created" in sess.explain()
     with pytest.raises(gpubackend.PathUnavailableError, match="could not be created"):
         gpubackend.Session(_dynamic_model(), path="gles3", fallback=False, input_shapes={"x": (2, 3)})
+
+
+def test_caller_bound_session_names_the_fix_from_another_thread() -> None:
+    import threading
+
+    if not gpubackend.probe().usable("gles3"):
+        pytest.skip("gles3 is not verified here")
+    sess = gpubackend.Session(_dynamic_model(), path="gles3", input_shapes={"x": (2, 3)},
+                              options=SessionOptions(thread="caller"))
+    assert sess.thread_mode == "caller"
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            sess.run({"x": np.zeros((2, 3), np.float32)})
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and isinstance(errors[0], gpubackend.GpuBackendError)
+    assert "thread='worker'" in str(errors[0])
+    sess.close()
