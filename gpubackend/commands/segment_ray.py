@@ -59,7 +59,10 @@ def run_ray(cfg: SegmentConfig, todo: list[WorkItem], out_dir: Path, address: st
     except ImportError as exc:
         raise GpuBackendError("--ray needs Ray: pip install 'gpubackend[scale]'") from exc
     if not ray.is_initialized():
-        ray.init(address=address or None, log_to_driver=False, include_dashboard=False, ignore_reinit_error=True)
+        try:
+            ray.init(address=address or None, log_to_driver=False, include_dashboard=False, ignore_reinit_error=True)
+        except Exception as exc:  # Ray raises plain Exception / ConnectionError for a cluster it cannot reach
+            raise GpuBackendError(f"cannot start or join Ray at {address or 'a new local cluster'}: {exc}") from exc
     # The workers see the driver's GPUBACKEND_* settings (cache dir, disabled paths, ...).
     env = {k: v for k, v in os.environ.items() if k.startswith("GPUBACKEND_")}
     ctx = ray.data.DataContext.get_current()
@@ -72,7 +75,7 @@ def run_ray(cfg: SegmentConfig, todo: list[WorkItem], out_dir: Path, address: st
         SegmentActor,
         fn_constructor_kwargs={"cfg": asdict(cfg), "out_dir": str(out_dir.resolve())},
         batch_size=1,
-        concurrency=n,
+        compute=ray.data.ActorPoolStrategy(size=n),
         num_cpus=1,
         max_restarts=-1,
         max_task_retries=-1,
