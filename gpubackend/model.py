@@ -61,13 +61,7 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
         # resolving against the current directory would read whatever file happens to sit there
         raise ModelError(f"initializer {_external_tensors(proto)[0]!r} keeps its data in an external file; "
                          "load such a model from its path (or with onnx.load, which brings the data in)")
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as exc:
-        # The checker insists on a type and shape for every graph output / value_info; a model that
-        # leaves them out is still runnable (shape inference fills them in), so that is not fatal.
-        if not _BENIGN_CHECK.search(str(exc)):
-            raise ModelError(f"the model does not pass onnx.checker: {exc}") from exc
+    _check_model(proto)
     return proto
 
 
@@ -85,9 +79,54 @@ def _check_types(proto: onnx.ModelProto) -> None:
             raise ModelError(f"the model breaks an operator's type constraints: {exc}") from exc
 
 
+def _check_topology(nodes: list[Node], available: set[str], outputs: list[str]) -> None:
+    """Every node input must be a graph input, an initializer or an earlier node's output (ONNX
+    keeps nodes in topological order), and every graph output must be produced: a dangling name or
+    a cycle is a ModelError naming the node, not a KeyError at run time."""
+    known = set(available)
+    for node in nodes:
+        for name in node.inputs:
+            if name and name not in known:
+                raise ModelError(f"node {node.name} ({node.op_type}): input {name!r} is neither a graph input, an "
+                                 "initializer nor the output of an earlier node (dangling name, or a cycle)")
+        known.update(o for o in node.outputs if o)
+    missing = [o for o in outputs if o not in known]
+    if missing:
+        raise ModelError(f"graph output(s) {missing} are produced by no node")
+    if not outputs:
+        raise ModelError("the graph declares no outputs")
+
+
 def _external_tensors(proto: onnx.ModelProto) -> list[str]:
     """Names of initializers whose data still lives in an external file."""
     return [t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _check_model(proto: onnx.ModelProto) -> None:
+    """onnx.checker, ModelError when it fails. The checker insists on a type and shape for every
+    graph output and value_info and stops at the first complaint; a model that leaves them out is
+    still runnable (shape inference fills them in), so such a model is checked again with those
+    entries completed, so that its nodes are checked too."""
+    try:
+        onnx.checker.check_model(proto)
+        return
+    except Exception as exc:  # noqa: BLE001 - onnx raises ValidationError and friends
+        if not _BENIGN_CHECK.search(str(exc)):
+            raise ModelError(f"the model does not pass onnx.checker: {exc}") from exc
+    completed = onnx.ModelProto()
+    completed.CopyFrom(proto)
+    kept = [vi for vi in completed.graph.value_info if vi.type.HasField("tensor_type")]
+    del completed.graph.value_info[:]
+    completed.graph.value_info.extend(kept)
+    for vi in list(completed.graph.output) + list(completed.graph.input) + kept:
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            tt.shape.SetInParent()
+    try:
+        onnx.checker.check_model(completed)
+    except Exception as exc:  # noqa: BLE001
+        if not _BENIGN_CHECK.search(str(exc)):
+            raise ModelError(f"the model does not pass onnx.checker: {exc}") from exc
 
 
 _BENIGN_CHECK = re.compile(r"Field '(shape|type)' of '(type|value_info)' is required but missing")
@@ -213,6 +252,7 @@ def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_val
             attrs["_num_outputs"] = len(n.output)  # e.g. MaxPool computes Indices only when asked
         nodes.append(Node(name, n.op_type, list(n.input), list(n.output), attrs, n.domain))
         protos[id(nodes[-1])] = n
+    _check_topology(nodes, set(constants) | {i.name for i in g.input}, [o.name for o in g.output])
     pinned = {k: v for k, v in declared.items() if v is not None}
     for name, shape in input_shapes.items():
         pinned[name] = pin_shape(name, declared[name], shape)
