@@ -177,3 +177,11 @@ def test_int8_weights_dequantised_like_tflite(case: int, path: str) -> None:
     (y,) = gpubackend.Session(data, path=path).run({"x": x})
     assert y.shape == ref.shape
     assert float(np.max(np.abs(y - ref)) / max(1.0, float(np.max(np.abs(ref))))) <= TOL
+
+
+def test_inference_session_reads_tflite(models: dict) -> None:
+    sess = gpubackend.InferenceSession(str(models["hand_recrop"]), providers=["CPUExecutionProvider"])
+    assert [(i.name, list(i.shape)) for i in sess.get_inputs()] == [("input_1", [1, 256, 256, 3])]
+    feeds, refs = _REFS.get("hand_recrop") or _reference(models["hand_recrop"])
+    (got,) = sess.run(None, feeds)
+    assert float(np.abs(got - refs[0]).max()) / max(1.0, float(np.abs(refs[0]).max())) <= TOL
