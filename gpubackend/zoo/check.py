@@ -1,0 +1,100 @@
+"""Running a zoo model on a path against onnxruntime, and what of it stays on the path.
+
+Used by tests/test_zoo.py, tools/zoo_table.py (docs/zoo.md) and benchmarks/bench_zoo.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UnsupportedOperatorError
+from .cache import fetch
+from .inputs import make_input
+from .manifest import ZooModel
+
+
+def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """max|got - ref| / max(1, max|ref|); NaN where NaN/Inf positions or signs disagree."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return float("nan")
+    finite = np.isfinite(ref)
+    if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(got[~finite], ref[~finite],
+                                                                          equal_nan=True):
+        return float("nan")
+    if not finite.any():
+        return 0.0
+    diff = np.abs(got[finite] - ref[finite]).max()
+    return float(diff / max(1.0, float(np.abs(ref[finite]).max())))
+
+
+def ort_session(model: ZooModel):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(fetch(model.name)), opts, providers=["CPUExecutionProvider"])
+
+
+def reference(model: ZooModel, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs (CPU) for ``feeds``."""
+    return ort_session(model).run(None, feeds)
+
+
+@dataclass
+class Coverage:
+    """How a model sits on one path: ``declines`` are the nodes that leave it with
+    ``fallback=False`` (node name, op type, reason); ``segments`` counts the segments of the
+    ``fallback=True`` plan (path and cpu)."""
+
+    path: str
+    nodes: int
+    declines: list[tuple[str, str, str]] = field(default_factory=list)
+    segments: int = 0
+
+    @property
+    def on_path(self) -> int:
+        return self.nodes - len(self.declines)
+
+
+def coverage(model: ZooModel, paths: tuple[str, ...] | list[str], small: bool = False) -> dict[str, Coverage]:
+    """For each GPU path: place the model's specialised graph on that path alone (as
+    ``fallback=False`` does) and on it plus cpu (as ``fallback=True`` does), compiling nothing."""
+    from ..model import load_model, to_graph
+    from ..paths import create_path
+    from ..planner import place
+
+    feeds = make_input(model, small=small)
+    graph = to_graph(load_model(str(fetch(model.name))), {k: tuple(v.shape) for k, v in feeds.items()})
+    cpu = create_path("cpu")
+    out = {}
+    for key in paths:
+        target = create_path(key)
+        declines: list[tuple[str, str, str]] = []
+        try:
+            place(graph, graph.nodes, [target])
+        except UnsupportedOperatorError as exc:
+            declines = [(name, op, "; ".join(r.split(": ", 1)[-1] for r in reasons))
+                        for name, op, reasons in exc.nodes]
+        plan = place(graph, graph.nodes, [target, cpu] if key != "cpu" else [target])
+        out[key] = Coverage(key, len(graph.nodes), declines, len(plan.segments))
+    return out
+
+
+def run_on_path(model: ZooModel, path: str, precision: str = "fp32", small: bool = False,
+                fallback: bool = True) -> tuple[list[np.ndarray], list[np.ndarray], object]:
+    """(gpubackend's outputs, onnxruntime's outputs, the session) for the model's input."""
+    from ..session import Session
+
+    feeds = make_input(model, small=small)
+    ref = reference(model, feeds)
+    sess = Session(str(fetch(model.name)), path=path, precision=precision, fallback=fallback)
+    got = sess.run(feeds)
+    return got, ref, sess
+
+
+def max_rel_error(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
+    errs = [rel_error(g, r) for g, r in zip(got, ref)]
+    return float("nan") if any(np.isnan(errs)) else max(errs)
