@@ -27,10 +27,16 @@ GPU_PATHS = PATHS[1:]
 TOL = {"fp32": 1e-4, "fp16": 2e-2}
 COVERAGE_FILE = Path(__file__).parent / "data" / "zoo_coverage.json"
 DEFAULT_MODELS = ("yolov8n_nudenet", "ppocr_v4_det", "ppocr_v6_rec", "mtcnn_onet")
+# The fragment-shader paths compile one program per node on llvmpipe: minutes per zoo model,
+# so they run under -m slow.
+DEFAULT_PATHS = ("cpu", "gles31", "vulkan")
 
 # (model, path, precision) -> the exact bug; strict, so a fix makes the test fail until the
 # entry is removed here.
-KNOWN_BUGS: dict[tuple[str, str, str], str] = {}
+_POW_NAN = ("compute Pow(negative, 2) gives NaN (shaders/compute/binary.comp, elementwise; same bug as "
+            "test_shapes' _POW_NAN): the SVTR LayerNorm, written Pow(x - mean, 2), outputs NaN")
+KNOWN_BUGS: dict[tuple[str, str, str], str] = {
+    (model, path, "fp32"): _POW_NAN for model in ("ppocr_v4_rec", "ppocr_v6_rec") for path in ("gles31", "vulkan")}
 # model -> a bug that breaks it on every path (loading or specialising), strict as well.
 MODEL_BUGS: dict[str, str] = {
     "ppocr_cls": "input declared [-1, 3, ?, ?]: model.fold_constants raises a bare ValueError "
@@ -48,7 +54,7 @@ def fetched(name: str) -> Path:
 def _marks(name: str, path: str, precision: str, small: bool) -> list:
     marks = []
     smallest = small or not zoo.BY_NAME[name].small_shape
-    if not (smallest and name in DEFAULT_MODELS):
+    if not (smallest and name in DEFAULT_MODELS and path in DEFAULT_PATHS):
         marks.append(pytest.mark.slow)
     bug = KNOWN_BUGS.get((name, path, precision)) or MODEL_BUGS.get(name)
     if bug:
