@@ -106,6 +106,21 @@ def test_segment_options_and_errors(folder: Path, tmp_path: Path) -> None:
     assert s["counts"]["done"] == 1 and (out / "astronaut.mask.png").is_file()
 
 
+def test_segment_with_a_tflite_model(folder: Path, tmp_path: Path) -> None:
+    """MediaPipe's own .tflite (NHWC input, found from its shape) gives the bundled ONNX model's masks."""
+    from gpubackend.importers.mediapipe_models import mediapipe_models
+
+    tfl = mediapipe_models()["selfie_segmentation"]
+    photo = str(folder / "astronaut.png")
+    a = segment([photo], tmp_path / "a", SegmentConfig(model=str(tfl), path="cpu", outputs=("mask",)), progress=False)
+    b = segment([photo], tmp_path / "b", SegmentConfig(path="cpu", outputs=("mask",)), progress=False)
+    assert a["counts"]["done"] == b["counts"]["done"] == 1
+    ma = cv2.imread(str(tmp_path / "a" / "astronaut.mask.png"), cv2.IMREAD_UNCHANGED).astype(int)
+    mb = cv2.imread(str(tmp_path / "b" / "astronaut.mask.png"), cv2.IMREAD_UNCHANGED).astype(int)
+    assert np.abs(ma - mb).max() <= 1
+    assert Segmenter(SegmentConfig(model=str(tfl), path="cpu")).layout == "nhwc"
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
