@@ -1,7 +1,7 @@
 """The one place GL and Vulkan contexts are made.
 
-GL: a process-wide shared headless OpenGL ES context made through EGL with no window system,
-trying in order
+GL: one headless OpenGL ES context per thread, made through EGL with no window system on the
+thread's first use, trying in order
 
 1. ``egl-surfaceless-gles``: ``eglGetPlatformDisplayEXT(EGL_PLATFORM_SURFACELESS_MESA)``,
 2. ``egl-device-gles``: ``eglQueryDevicesEXT`` + ``EGL_PLATFORM_DEVICE_EXT``,
@@ -13,8 +13,11 @@ then ``moderngl.create_context()`` attaches to it. ``GPUBACKEND_GL_CONTEXT`` (on
 ``surfaceless device default standalone``) forces a single method (tests use it).
 ``attach_current_gl_context()`` adopts whatever context is current instead (the demo's window).
 
-Threading rule: a context belongs to the thread that made it. Calling :func:`gl_context` from
-another thread raises :class:`DriverError` naming both threads; run GL work on the owner thread.
+Threading rule: a context is current on, and belongs to, the thread that made it, so each thread
+gets its own (nothing is shared between them: objects made in one are not visible in another).
+When a thread ends its context is destroyed on that thread (:class:`GLContext` ``destroy``), so
+a thread pool or a worker per session leaves nothing behind. Releasing a GL object from another
+thread is queued and done by the owner thread (:meth:`GLContext.release`).
 
 Vulkan: :func:`kompute_manager` makes one ``kp.Manager`` per process, lazily.
 """
@@ -24,11 +27,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 import threading
 from typing import Any
 
 from . import faults
-from .errors import DriverError, DriverUnavailable
+from .errors import DriverUnavailable
 
 GL_CONTEXT_ENV = "GPUBACKEND_GL_CONTEXT"
 
@@ -51,7 +55,7 @@ EGL_EXTENSIONS = 0x3055
 EGL_CLIENT_APIS = 0x308D
 
 _lock = threading.RLock()
-_state: dict[str, Any] = {"ctx": None, "kind": "", "thread": None, "thread_name": "", "egl": None}
+_state: dict[str, Any] = {"egl": None, "last_kind": "", "errors": []}
 _kp_state: dict[str, Any] = {"mgr": None, "error": None}
 
 
@@ -95,6 +99,8 @@ class _Egl:
         L.eglGetError.argtypes = []
         L.eglTerminate.restype = ctypes.c_uint
         L.eglTerminate.argtypes = [vp]
+        L.eglDestroyContext.restype = ctypes.c_uint
+        L.eglDestroyContext.argtypes = [vp, vp]
 
     def proc(self, name: str, restype: Any, argtypes: list[Any]) -> Any:
         addr = self.lib.eglGetProcAddress(name.encode())
@@ -183,41 +189,135 @@ class _Egl:
         raise DriverUnavailable(last or "no ES context")
 
 
-def _check_thread() -> None:
-    owner = _state["thread"]
-    if owner is not None and owner != threading.get_ident():
-        raise DriverError(
-            f"the GL context belongs to thread {_state['thread_name']!r} (id {owner}) that created it; "
-            f"it was used from thread {threading.current_thread().name!r}. GL contexts are bound to one "
-            "thread: create and run sessions on GL paths from that thread, or use path='cpu'/'vulkan' here."
-        )
+class GLContext:
+    """One thread's GL context: the ``moderngl.Context`` (``ctx``), how it was made (``kind``),
+    its owner thread, and what the layers above keep per context (``devices``: the GL paths'
+    program caches live there, so they die with the context)."""
+
+    def __init__(self, ctx: Any, kind: str, egl: tuple[Any, int, int] | None = None) -> None:
+        self.ctx = ctx
+        self.kind = kind
+        self.thread = threading.get_ident()
+        self.thread_name = threading.current_thread().name
+        self.alive = True
+        self.devices: dict[str, Any] = {}
+        self._egl = egl  # (binding, display, context) when we made the EGL context ourselves
+        self._pending: list[Any] = []
+        self._pending_lock = threading.Lock()
+
+    @property
+    def on_owner_thread(self) -> bool:
+        return threading.get_ident() == self.thread
+
+    def release(self, obj: Any) -> None:
+        """Release a moderngl object of this context: now on the owner thread, else at the owner's
+        next use (GL calls only reach the context current on the calling thread, so releasing it
+        here could delete another context's object of the same name). Nothing once destroyed:
+        destroying the context freed it."""
+        if obj is None or not self.alive:
+            return
+        if self.on_owner_thread:
+            self._drain()
+            obj.release()
+        else:
+            with self._pending_lock:
+                self._pending.append(obj)
+
+    def _drain(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for obj in pending:
+            try:
+                obj.release()
+            except Exception:  # noqa: BLE001 - a failed release must not stop the others
+                pass
+
+    def destroy(self) -> None:
+        """Free the context and everything made in it. On the owner thread only (EGL cannot
+        unbind a context current on another thread); elsewhere it is just marked dead."""
+        if not self.alive:
+            return
+        self.alive = False
+        self.devices.clear()
+        with self._pending_lock:
+            self._pending = []
+        if not self.on_owner_thread:
+            return
+        try:
+            self.ctx.release()
+        except Exception:  # noqa: BLE001
+            pass
+        if self._egl is not None:
+            egl, dpy, handle = self._egl
+            egl.lib.eglMakeCurrent(dpy, EGL_NO_SURFACE, EGL_NO_SURFACE, EGL_NO_CONTEXT)
+            egl.lib.eglDestroyContext(dpy, handle)
 
 
-def _create_attached_es(method: str) -> Any:
-    import moderngl
+class _ThreadSlot:
+    """Holds a thread's :class:`GLContext` in thread-local storage; CPython drops a thread's
+    locals on that thread as it ends, so ``__del__`` destroys the context on its owner."""
+
+    def __init__(self, record: GLContext) -> None:
+        self.record = record
+
+    def __del__(self) -> None:
+        if sys.is_finalizing():  # interpreter teardown: the driver may already be gone
+            return
+        try:
+            self.record.destroy()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
+
+_local = threading.local()
+
+
+def _create_attached_es(method: str) -> GLContext:
+    import moderngl  # noqa: F401 - its ImportError is reported as such by gl_record
 
     if _state["egl"] is None:
         _state["egl"] = _Egl()
     egl: _Egl = _state["egl"]
-    _dpy, _ctx, desc = egl.make_es_context(method)
+    dpy, handle, desc = egl.make_es_context(method)
+    try:
+        ctx = _attach_moderngl()
+    except DriverUnavailable:
+        egl.lib.eglMakeCurrent(dpy, EGL_NO_SURFACE, EGL_NO_SURFACE, EGL_NO_CONTEXT)
+        egl.lib.eglDestroyContext(dpy, handle)
+        raise
+    ctx._gpubackend_desc = desc
+    return GLContext(ctx, KIND_OF[method], (egl, dpy, handle))
+
+
+def _attach_moderngl() -> Any:
+    """A ``moderngl.Context`` over the context current on this thread. ``init_context`` loads
+    through EGL's current context; ``create_context`` detects through GLX once a default context
+    exists, which finds nothing on a thread whose context EGL made (measured with moderngl 5.13)."""
+    import moderngl
+
     errors = []
-    for kwargs in ({"require": 200}, {"require": 200, "backend": "egl"}):
-        try:
-            ctx = moderngl.create_context(**kwargs)
-            ctx._gpubackend_desc = desc  # type: ignore[attr-defined]
+    try:
+        moderngl.init_context()
+        ctx = moderngl.get_context()
+        if ctx.version_code >= 200:
             return ctx
-        except Exception as e:  # noqa: BLE001 - every failure becomes one message
-            errors.append(f"moderngl.create_context({kwargs}): {e}")
+        errors.append(f"moderngl.init_context(): version {ctx.version_code}")
+    except Exception as e:  # noqa: BLE001 - every failure becomes one message
+        errors.append(f"moderngl.init_context(): {e}")
+    try:
+        return moderngl.create_context(require=200)
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"moderngl.create_context(require=200): {e}")
     raise DriverUnavailable("; ".join(errors))
 
 
-def _create_standalone() -> Any:
+def _create_standalone() -> GLContext:
     import moderngl
 
     errors = []
     for kwargs in ({"backend": "egl"}, {}):
         try:
-            return moderngl.create_standalone_context(**kwargs)
+            return GLContext(moderngl.create_standalone_context(**kwargs), KIND_OF["standalone"])
         except Exception as e:  # noqa: BLE001
             errors.append(f"create_standalone_context({kwargs}): {e}")
     raise DriverUnavailable("; ".join(errors))
@@ -232,82 +332,99 @@ KIND_OF = {
 }
 
 
-def gl_context(path: str | None = None) -> Any:
-    """The process-wide shared headless GL context (a ``moderngl.Context``), made on first use.
+def _current() -> GLContext | None:
+    slot = getattr(_local, "slot", None)
+    if slot is None or not slot.record.alive:
+        return None
+    return slot.record
 
-    ``path`` (``"gles2"``, ``"gles3"``, ``"gles31"``) names the tier asking, so that a fault
-    injected for that tier (``GPUBACKEND_FAULT``) strikes here; without it only ``KIND@gl``
-    faults apply. Raises :class:`DriverUnavailable` when no method works and
-    :class:`DriverError` when called from a thread other than the creator.
-    """
+
+def _adopt(record: GLContext) -> GLContext:
+    _local.slot = _ThreadSlot(record)
+    _state["last_kind"] = record.kind
+    return record
+
+
+def gl_record(path: str | None = None) -> GLContext:
+    """The calling thread's GL context record, made on its first use (see :func:`gl_context`)."""
     faults.on_context(path or "gl")
-    with _lock:
-        if _state["ctx"] is not None:
-            _check_thread()
-            return _state["ctx"]
-        forced = os.environ.get(GL_CONTEXT_ENV, "").strip().lower()
-        if forced and forced not in METHODS:
-            raise DriverUnavailable(f"{GL_CONTEXT_ENV}={forced!r}: expected one of {', '.join(METHODS)}")
-        methods = (forced,) if forced else METHODS
-        errors = []
+    record = _current()
+    if record is not None:
+        record._drain()
+        return record
+    forced = os.environ.get(GL_CONTEXT_ENV, "").strip().lower()
+    if forced and forced not in METHODS:
+        raise DriverUnavailable(f"{GL_CONTEXT_ENV}={forced!r}: expected one of {', '.join(METHODS)}")
+    methods = (forced,) if forced else METHODS
+    errors = []
+    with _lock:  # EGL display setup and moderngl's module state are process-wide
         for m in methods:
             try:
-                ctx = _create_standalone() if m == "standalone" else _create_attached_es(m)
+                record = _create_standalone() if m == "standalone" else _create_attached_es(m)
             except ImportError as e:
                 raise DriverUnavailable(f"moderngl not importable: {e}") from e
             except Exception as e:  # noqa: BLE001
                 errors.append(f"{m}: {e}")
                 continue
-            _state.update(ctx=ctx, kind=KIND_OF[m], thread=threading.get_ident(),
-                          thread_name=threading.current_thread().name)
             _state["errors"] = errors
-            return ctx
-        raise DriverUnavailable("no GL context: " + "; ".join(errors))
+            return _adopt(record)
+    raise DriverUnavailable("no GL context: " + "; ".join(errors))
+
+
+def gl_context(path: str | None = None) -> Any:
+    """The calling thread's headless GL context (a ``moderngl.Context``), made on first use.
+
+    ``path`` (``"gles2"``, ``"gles3"``, ``"gles31"``) names the tier asking, so that a fault
+    injected for that tier (``GPUBACKEND_FAULT``) strikes here; without it only ``KIND@gl``
+    faults apply. Raises :class:`DriverUnavailable` when no method works.
+    """
+    return gl_record(path).ctx
 
 
 def attach_current_gl_context() -> Any:
     """Adopt the GL context current on this thread (e.g. a glfw window's); later
-    :func:`gl_context` calls return it. Its thread becomes the owner."""
-    import moderngl
-
+    :func:`gl_context` calls on this thread return it (the window system keeps owning it)."""
     with _lock:
         try:
-            ctx = moderngl.create_context(require=200)
-        except Exception as e:  # noqa: BLE001
+            ctx = _attach_moderngl()
+        except DriverUnavailable as e:
             raise DriverUnavailable(f"no current GL context to attach to: {e}") from e
-        _state.update(ctx=ctx, kind="attached", thread=threading.get_ident(),
-                      thread_name=threading.current_thread().name)
-        return ctx
+        old = _current()
+        if old is not None:
+            old.destroy()
+        return _adopt(GLContext(ctx, "attached")).ctx
 
 
 def gl_context_thread() -> int | None:
-    """The ident of the thread that owns the shared GL context (None before there is one)."""
-    return _state["thread"]
+    """Always None: no thread owns GL for the whole process any more (each thread has its own
+    context), so a caller may use GL from any thread. Kept for code written for one context."""
+    return None
 
 
 def gl_context_kind() -> str:
-    """How the current shared GL context was made ("" before any): one of
-    ``egl-surfaceless-gles egl-device-gles egl-default-gles moderngl-standalone-gl attached``."""
-    return str(_state["kind"])
+    """How this thread's GL context was made (else the last one made in any thread; "" before
+    any): one of ``egl-surfaceless-gles egl-device-gles egl-default-gles moderngl-standalone-gl
+    attached``."""
+    record = _current()
+    return record.kind if record is not None else str(_state["last_kind"])
 
 
 def gl_context_is_es() -> bool:
-    """True when the shared context is OpenGL ES (not desktop GL)."""
-    return _state["kind"] in ("egl-surfaceless-gles", "egl-device-gles", "egl-default-gles") or (
-        _state["ctx"] is not None and "OpenGL ES" in str(_state["ctx"].info.get("GL_VERSION", ""))
+    """True when this thread's context is OpenGL ES (not desktop GL)."""
+    record = _current()
+    kind = record.kind if record is not None else _state["last_kind"]
+    return kind in ("egl-surfaceless-gles", "egl-device-gles", "egl-default-gles") or (
+        record is not None and "OpenGL ES" in str(record.ctx.info.get("GL_VERSION", ""))
     )
 
 
 def release_gl_context() -> None:
-    """Forget the shared GL context (tests); the next :func:`gl_context` makes a new one."""
-    with _lock:
-        ctx = _state["ctx"]
-        _state.update(ctx=None, kind="", thread=None, thread_name="")
-        if ctx is not None:
-            try:
-                ctx.release()
-            except Exception:  # noqa: BLE001
-                pass
+    """Destroy this thread's GL context (tests; a thread's own end does it too); the next
+    :func:`gl_context` on this thread makes a new one."""
+    record = _current()
+    _local.slot = None
+    if record is not None:
+        record.destroy()
 
 
 def kompute_manager(path: str = "vulkan") -> Any:

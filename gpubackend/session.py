@@ -364,6 +364,25 @@ class Session:
                 keys.append("cpu")
         return keys
 
+    def _plan_and_compile(self, g: Graph, nodes: list[Node] | None = None) -> tuple[Plan, list[Segment]]:
+        """Place and compile ``nodes`` (all of ``g``'s by default). A GPU path whose driver fails
+        here (a program that does not build, no context on this thread) is marked broken and its
+        nodes go to the next candidates, cpu last, with a warning; with fallback=False it is a
+        PathUnavailableError."""
+        while True:
+            try:
+                plan = place(g, g.nodes if nodes is None else nodes, self._candidates())
+                return plan, self._compile(g, plan.segments)
+            except _driver_errors() as exc:
+                failed = getattr(exc, "path_key", None) or next(
+                    (k for k in self._candidate_keys() if k != "cpu"), self.path)
+                msg = f"the {failed} path failed while preparing the model: {type(exc).__name__}: {exc}"
+                if not self.fallback or failed == "cpu" or failed in self._broken:
+                    raise PathUnavailableError(msg) from exc
+                log.warning("%s; its nodes go to the next path", msg)
+                self._notes.append(msg + "; its nodes went to the next path")
+                self._broken.add(failed)
+
     # ---- planning ----------------------------------------------------------------------
     def _variant(self, key: tuple, shapes: Mapping[str, Any], outputs: tuple[str, ...] = (),
                  values: Mapping[str, np.ndarray] | None = None) -> _Variant:
@@ -378,8 +397,8 @@ class Session:
         if outputs:
             g = _needed_for(g, list(outputs))
         limits.check(g, self.options.resource_limits())  # before anything is allocated
-        plan = place(g, g.nodes, self._candidates())
-        variant = _Variant(g, plan, self._compile(g, plan.segments), {})
+        plan, segments = self._plan_and_compile(g)
+        variant = _Variant(g, plan, segments, {})
         self._index_last_use(variant)
         if len(self._variants) >= _MAX_VARIANTS:  # e.g. a Reshape shape fed with a new value every run
             oldest = next(iter(self._variants))
@@ -393,6 +412,11 @@ class Session:
         for (key, nodes), (ins, outs) in zip(segments, segment_io(g, segments)):
             try:
                 compiled.append(self._path(key).compile(nodes, g, ins, outs))
+            except _driver_errors() as exc:  # the caller falls back (or says so)
+                exc.path_key = getattr(exc, "path_key", key)  # type: ignore[attr-defined]
+                for seg in compiled:
+                    seg.close()
+                raise
             except GpuBackendError:
                 raise
             except Exception as exc:  # a path's own bug: say which node, as a GpuBackendError
@@ -502,8 +526,7 @@ class Session:
         for s in variant.segments[idx:]:
             s.close()
         remaining = [n for s in variant.segments[idx:] for n in s.nodes]
-        plan = place(variant.graph, remaining, self._candidates())
-        new_segments = self._compile(variant.graph, plan.segments)
+        plan, new_segments = self._plan_and_compile(variant.graph, remaining)
         variant.segments[idx:] = new_segments
         variant.plan.placement.update(plan.placement)
         variant.plan.reasons.update(plan.reasons)

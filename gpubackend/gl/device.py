@@ -4,12 +4,13 @@ paths alike and programs are compiled once per distinct source."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
 
 from capability_probe import contexts, faults
-from capability_probe.errors import ShaderCompileError, ShaderLinkError
+from capability_probe.errors import DriverError, ShaderCompileError, ShaderLinkError
 
 # llvmpipe (gallivm) ends all loops of a shader invocation after 65535 back-edges in total (one
 # counter over every loop, nested or not) and silently skips the remaining iterations, measured on
@@ -46,12 +47,44 @@ def _numbered(src: str, around: int | None = None) -> str:
 
 
 class GLDevice:
-    """The GL context as seen by one path (``key`` names the path for fault injection)."""
+    """The GL context as seen by one path (``key`` names the path for fault injection).
+
+    Programs are cached by source for the life of the context and shared by every segment and
+    session of the path on this thread (:meth:`shared`), so a program must carry no per-node
+    state: uniforms, sampler units and bindings are set at each draw or dispatch. Everything
+    else a segment makes it frees with :meth:`release` when it closes."""
 
     def __init__(self, key: str):
         self.key = key
-        self.ctx = contexts.gl_context(key)
+        self.context = contexts.gl_record(key)
+        self.ctx = self.context.ctx
         self._programs: dict[tuple, Any] = {}
+        self.state: dict[str, Any] = {}  # per-context objects a path keeps (gles2's quad, gles31's binaries)
+
+    @classmethod
+    def shared(cls, key: str) -> GLDevice:
+        """This thread's device for path ``key``, made once per context (it dies with it)."""
+        record = contexts.gl_record(key)
+        dev = record.devices.get(key)
+        if dev is None:
+            dev = record.devices[key] = cls(key)
+        return dev
+
+    def check_thread(self) -> None:
+        """Raise :class:`DriverError` unless called on the thread that owns the context (GL calls
+        from another thread would reach that thread's own context, or none)."""
+        c = self.context
+        if not c.on_owner_thread:
+            raise DriverError(f"{self.key}: the GL context belongs to thread {c.thread_name!r}; it was used from "
+                              f"thread {threading.current_thread().name!r}")
+        if not c.alive:
+            raise DriverError(f"{self.key}: the GL context of thread {c.thread_name!r} was destroyed "
+                              "(its thread ended)")
+
+    def release(self, *objs: Any) -> None:
+        """Release GL objects made through this device (any thread; see ``GLContext.release``)."""
+        for obj in objs:
+            self.context.release(obj)
 
     def compute(self, src: str) -> Any:
         """A compiled compute shader for ``src`` (cached)."""

@@ -48,11 +48,7 @@ def fragment_highp(ctx: Any) -> tuple[bool, str]:
 class Runtime:
     """The GL side shared by every segment of one path: device, limits, program cache."""
 
-    def __init__(self, device: Any = None):
-        if device is None:
-            from ...gl.device import GLDevice
-
-            device = GLDevice(KEY)
+    def __init__(self, device: Any):
         self.dev = device
         ctx = device.ctx
         ok, desc = fragment_highp(ctx)
@@ -72,6 +68,8 @@ class Runtime:
     def program(self, kernel: Kernel) -> tuple[Any, Any]:
         prog = self.dev.program(self.vertex, kernel.fragment)
         if id(prog) not in self._vaos:
+            # Safe to set once on a shared program: sampler ti is unit i for every kernel with this
+            # source (each step binds its i-th input to unit i at its draw); nothing per node here.
             for i in range(len(kernel.inputs)):
                 if f"t{i}" in prog:
                     prog[f"t{i}"].value = i
@@ -152,6 +150,7 @@ class Gles2Segment(Segment):
         import moderngl
 
         rt = self._rt
+        rt.dev.check_thread()
         ctx = rt.dev.ctx
         ctx.disable(moderngl.BLEND | moderngl.DEPTH_TEST | moderngl.CULL_FACE)
         for name in self.inputs:
@@ -183,8 +182,7 @@ class Gles2Segment(Segment):
         return out
 
     def close(self) -> None:
-        for obj in self._owned:
-            obj.release()
+        self._rt.dev.release(*self._owned)
         self._owned = []
 
 
@@ -204,7 +202,15 @@ class Gles2Path(Path):
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
-            self._runtime = Runtime(self._device)
+            if self._device is not None:
+                self._runtime = Runtime(self._device)
+            else:  # one per context, like its programs: the quad and VAOs live as long
+                from ...gl.device import GLDevice
+
+                dev = GLDevice.shared(KEY)
+                if "gles2.runtime" not in dev.state:
+                    dev.state["gles2.runtime"] = Runtime(dev)
+                self._runtime = dev.state["gles2.runtime"]
         return self._runtime
 
     def kernel(self, node: Node, graph: Graph) -> Kernel:

@@ -45,7 +45,7 @@ class Gles3Path(Path):
 
         from ...gl.device import GLDevice
 
-        self.dev = GLDevice("gles3")
+        self.dev = GLDevice.shared("gles3")
         ctx = self.dev.ctx
         if ctx.version_code < 300:
             raise DriverUnavailable(f"gles3 needs OpenGL ES 3.0 (context version {ctx.version_code})")
@@ -59,8 +59,7 @@ class Gles3Path(Path):
         try:
             tex = self.dev.texture((4, 4), 4, None, dtype=self.dtype)
             fbo = self.dev.ctx.framebuffer(color_attachments=[tex])
-            fbo.release()
-            tex.release()
+            self.dev.release(fbo, tex)
         except Exception as exc:  # moderngl raises on an incomplete framebuffer
             raise error(f"{fmt} textures are not colour-renderable here "
                         f"(EXT_color_buffer_float / EXT_color_buffer_half_float): {exc}") from exc

@@ -175,6 +175,7 @@ class Gles3Segment(Segment):
 
     # ---- running -------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        self.dev.check_thread()
         np_dtype = np.float16 if self.dtype == "f2" else np.float32
         for name in self.inputs:
             st, lay = self.storage[name], self.layouts[name]
@@ -249,17 +250,13 @@ class Gles3Segment(Segment):
         if self._closed:
             return
         self._closed = True
-        for vao in self._vaos.values():
-            vao.release()
+        release = self.dev.release
+        release(*self._vaos.values())
         for st in self._owned + self._consts:
-            if st.fbo is not None:
-                st.fbo.release()
-            for t in st.textures:
-                t.release()
+            release(st.fbo, *st.textures)
         for step in self.steps:
-            for obj in (step.ubo, step.wtex):
-                if obj is not None:
-                    obj.release()
+            release(step.ubo, step.wtex)
+        self._vaos.clear()
 
 
 def kernels_layout_for_input(kernels: dict[str, Kernel], nodes: list[Node], name: str) -> TexLayout:

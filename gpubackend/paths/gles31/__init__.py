@@ -80,22 +80,15 @@ class ProgramCache:
         return prog
 
 
-_DEVICES: dict[str, Any] = {}
-
-
 def device_and_programs() -> tuple[Any, ProgramCache]:
-    """The process-wide GLDevice of this path and its program cache (one per context)."""
-    from capability_probe import contexts
-
+    """This thread's GLDevice of this path and its program cache (one per context, dying with it)."""
     from ...gl.device import GLDevice
 
-    ctx = contexts.gl_context(KEY)
-    entry = _DEVICES.get(KEY)
-    if entry is None or entry[0].ctx is not ctx:
-        dev = GLDevice(KEY)
-        entry = (dev, ProgramCache(dev))
-        _DEVICES[KEY] = entry
-    return entry
+    dev = GLDevice.shared(KEY)
+    programs = dev.state.get("gles31.programs")
+    if programs is None:
+        programs = dev.state["gles31.programs"] = ProgramCache(dev)
+    return dev, programs
 
 
 class _Dispatch:
@@ -240,6 +233,7 @@ class Gles31Segment(Segment):
 
     # ---- run -----------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        self.device.check_thread()
         prec = self.precision
         for name in self._plain_inputs:
             data = ck.as_storage(ck.pack(feeds[name]), prec)
@@ -299,11 +293,7 @@ class Gles31Segment(Segment):
         return [(d.node, d.kernel, float(np.median(t))) for d, t in zip(self.dispatches, times)]
 
     def close(self) -> None:
-        for buf in self._owned:
-            try:
-                buf.release()
-            except Exception:  # noqa: BLE001 - release is best effort, safe twice
-                pass
+        self.device.release(*self._owned)
         self._owned = []
 
 
