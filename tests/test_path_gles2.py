@@ -580,6 +580,12 @@ class _ES2Device:
     def readback(self, arr):
         return self.inner.readback(arr)
 
+    def release(self, *objs):
+        self.inner.release(*objs)
+
+    def check_thread(self):
+        self.inner.check_thread()
+
 
 def _model_graph(proto, shapes=None):
     from gpubackend.model import to_graph

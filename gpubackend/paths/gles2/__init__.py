@@ -59,8 +59,15 @@ class Runtime:
         self.max_size = int(info.get("GL_MAX_TEXTURE_SIZE", 2048) or 2048)
         self.max_units = int(info.get("GL_MAX_TEXTURE_IMAGE_UNITS", 8) or 8)
         self.vertex = shaders.read("gles2/quad.vert")
-        self.vbo = device.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4"))
-        self._vaos: dict[int, Any] = {}
+        # The quad and the VAOs (one per cached program) live as long as the context, like the
+        # programs, when the device keeps per-context state (a GLDevice does).
+        shared = getattr(device, "state", None)
+        quad = shared.get("gles2.quad") if shared is not None else None
+        if quad is None:
+            quad = (device.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4")), {})
+            if shared is not None:
+                shared["gles2.quad"] = quad
+        self.vbo, self._vaos = quad
 
     def config(self, precision: str) -> Config:
         return Config(precision, self.max_size, self.max_units)
@@ -202,15 +209,11 @@ class Gles2Path(Path):
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
-            if self._device is not None:
-                self._runtime = Runtime(self._device)
-            else:  # one per context, like its programs: the quad and VAOs live as long
+            if self._device is None:
                 from ...gl.device import GLDevice
 
-                dev = GLDevice.shared(KEY)
-                if "gles2.runtime" not in dev.state:
-                    dev.state["gles2.runtime"] = Runtime(dev)
-                self._runtime = dev.state["gles2.runtime"]
+                self._device = GLDevice.shared(KEY)
+            self._runtime = Runtime(self._device)
         return self._runtime
 
     def kernel(self, node: Node, graph: Graph) -> Kernel:
