@@ -215,7 +215,7 @@ def test_gl_context_failure_at_session_creation_is_a_gpubackend_error(monkeypatc
     c = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
     feeds = {n: rng.standard_normal(c.shape).astype(np.float32) for n in "AB"}
     if not fallback:
-        with pytest.raises(gpubackend.errors.PathUnavailableError, match="gles31.*DriverUnavailable"):
+        with pytest.raises(gpubackend.errors.PathUnavailableError, match="gles31.*no gles31 context"):
             gpubackend.Session(_two_subs_model(c), path="gles31", fallback=False, options=CALLER)
         return
     with caplog.at_level("WARNING", logger="gpubackend"):
@@ -223,6 +223,6 @@ def test_gl_context_failure_at_session_creation_is_a_gpubackend_error(monkeypatc
     try:
         _check_two_subs(sess, c, feeds)
         assert "gles31" not in set(sess.placement.values())
-        assert any("gles31" in r.getMessage() and "DriverUnavailable" in r.getMessage() for r in caplog.records)
+        assert any("no gles31 context" in r.getMessage() for r in caplog.records), caplog.records
     finally:
         sess.close()
