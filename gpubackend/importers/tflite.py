@@ -19,6 +19,7 @@ kernels, and the error says so.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Callable
@@ -29,6 +30,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError
+
+log = logging.getLogger(__name__)
 
 TFLITE_MAGIC = b"TFL3"
 OPSET = 17
@@ -148,6 +151,10 @@ class _Importer:
         if self.tensor(idx).Sparsity() is not None:
             raise self.error(f"tensor {self.tname(idx)!r} is sparse and not behind a DENSIFY")
         if dequantize and arr.dtype in (np.int8, np.uint8, np.int16):
+            # Weights quantized without a DEQUANTIZE in front ("hybrid" models): TFLite quantizes the float
+            # input on the fly for these ops; computing in float instead differs by about one input step.
+            log.warning("%s: %s: int8 weights %r used directly (hybrid quantization); computed in float",
+                        self.source, self.op_label, self.tname(idx))
             arr = self.dequantize(idx, arr)
         return arr
 
@@ -637,7 +644,7 @@ class _Importer:
         if not self.is_const(src):
             raise self.error("DEQUANTIZE of a run-time tensor (quantized activations) is not supported; "
                              "only constant fp16 / int8 weights are dequantised at import")
-        arr = self.consts[src] if src in self.consts else self.const(src)
+        arr = self.consts[src] if src in self.consts else self.const(src, dequantize=False)
         if arr.dtype in (np.int8, np.uint8, np.int16):
             arr = self.dequantize(src, arr)
         self.consts[out] = arr.astype(np.float32)
