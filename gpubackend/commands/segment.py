@@ -346,7 +346,8 @@ def _size(text: str) -> tuple[int, int]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("segment", help="segment images, folders and videos into masks, cut-outs or composites",
-                       description=__doc__.split("\n\n")[0].strip("`"))
+                       description="Batch segmentation of images, folders and videos: masks, cut-outs, composites "
+                                   "and summary.json; resumable; --ray runs it on a Ray cluster.")
     p.add_argument("inputs", nargs="+", help="image or video files and folders (searched recursively)")
     p.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs and summary.json go")
     p.add_argument("--model", help="an .onnx or .tflite segmentation model (default: the bundled selfie model)")
@@ -362,7 +363,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mask-output", default="0", help="the output holding the mask: name or index (default 0)")
     p.add_argument("--mask-channel", type=int, default=0, help="channel of that output to use (default 0)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run on Ray: a cluster ADDRESS ('auto' joins the local node's cluster), none: start one")
+                   help="run on Ray: a cluster ADDRESS ('auto' joins the local node's cluster), none: start one "
+                        "(write --ray after the inputs, or give an ADDRESS)")
     p.add_argument("--workers", type=int, help="Ray actors (default: the cluster's CPUs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
