@@ -61,6 +61,38 @@ def test_bad_conv_attribute_is_a_model_error_on_every_path(path: str, attrs: dic
     assert "'conv'" in msg and "Conv" in msg and attr in msg, msg
 
 
+def _one_node_model(op: str, attrs: dict, inits: dict[str, np.ndarray] | None = None, xshape=(1, 3, 8, 8)):
+    inits = inits or {}
+    node = helper.make_node(op, ["x", *inits], ["y"], name="node", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+OTHER_REPRODUCERS = [
+    ("maxpool_strides_zero", "MaxPool", {"kernel_shape": [2, 2], "strides": [0, 0]}, None, "strides"),
+    ("avgpool_kernel_9_on_8", "AveragePool", {"kernel_shape": [9, 9]}, None, "kernel_shape"),
+    ("maxpool_ceil_mode_2", "MaxPool", {"kernel_shape": [2, 2], "ceil_mode": 2}, None, "ceil_mode"),
+    ("transpose_perm_repeated", "Transpose", {"perm": [0, 1, 1, 2]}, None, "perm"),
+    ("softmax_axis_4", "Softmax", {"axis": 4}, None, "axis"),
+    ("pad_pads_length_6", "Pad", {"mode": "constant"}, {"pads": np.zeros(6, np.int64)}, "pads"),
+    ("resize_mode_foo", "Resize", {"mode": "foo"}, {"roi": np.zeros(0, np.float32),
+                                                    "scales": np.ones(4, np.float32)}, "mode"),
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("op,attrs,inits,attr", [r[1:] for r in OTHER_REPRODUCERS],
+                         ids=[r[0] for r in OTHER_REPRODUCERS])
+def test_bad_attribute_of_other_ops_is_a_model_error_on_every_path(path: str, op: str, attrs: dict, inits, attr: str):
+    with pytest.raises(ModelError) as info:
+        sess = gpubackend.Session(_one_node_model(op, attrs, inits), path=path, fallback=False)
+        sess.run({"x": np.ones((1, 3, 8, 8), np.float32)})
+    msg = str(info.value)
+    assert "'node'" in msg and op in msg and attr in msg, msg
+
+
 def _graph(consts: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], opset: int = 17) -> Graph:
     return Graph([], [n for n in shapes if n not in consts], ["y"], consts, shapes=dict(shapes), opset=opset)
 
