@@ -154,6 +154,9 @@ def test_records_are_memoised_without_keeping_nodes_alive() -> None:
     g = _graph({"w": np.zeros((4, 3, 3, 3), np.float32)}, {"x": (1, 3, 8, 8), "y": (1, 4, 8, 8)})
     node = Node("c", "Conv", ["x", "w"], ["y"], {"pads": [1, 1, 1, 1]})
     assert ops.lower(node, g) is ops.lower(node, g)
+    node.attrs["strides"] = [2, 2]  # changed in place: a new record
+    g.shapes["y"] = (1, 4, 4, 4)
+    assert ops.lower(node, g).strides == (2, 2)
     key = id(node)
     assert key in records._MEMO
     del node

@@ -886,14 +886,15 @@ _LOWER = {
     "BatchNormalization": _norm, "InstanceNormalization": _norm, "LayerNormalization": _norm,
 }
 
-# id(node) -> {(attrs, opset, shapes, constant identities): record or reason}; a node's entries
+# id(node) -> {(attributes, opset, shapes, constant identities): record or reason}; a node's entries
 # leave with it (weakref.finalize), so nothing here keeps a graph alive.
 _MEMO: dict[int, dict[tuple, Record | str]] = {}
 
 
 def _memo_key(node: Node, graph: Graph) -> tuple:
     names = list(node.inputs) + list(node.outputs)
-    return (id(node.attrs), node.op_type, graph.opset,
+    # the attributes by value: a caller may change a node's attrs dict in place
+    return (repr(node.attrs), node.op_type, graph.opset,
             tuple(_shape(graph, n) if n else None for n in names),
             tuple(id(graph.constants.get(n)) if n in graph.constants else 0 for n in node.inputs))
 
