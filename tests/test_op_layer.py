@@ -58,7 +58,7 @@ def test_bad_conv_attribute_is_a_model_error_on_every_path(path: str, attrs: dic
         sess = gpubackend.Session(_conv_model(attrs, **kw), path=path, fallback=False)
         sess.run({"x": np.ones((1, 3, 8, 8), np.float32)})
     msg = str(info.value)
-    assert "'conv'" in msg and "Conv" in msg and attr in msg, msg
+    assert "conv" in msg and "Conv" in msg and attr in msg, msg  # onnx.checker or the op layer
 
 
 def _one_node_model(op: str, attrs: dict, inits: dict[str, np.ndarray] | None = None, xshape=(1, 3, 8, 8)):
@@ -90,7 +90,7 @@ def test_bad_attribute_of_other_ops_is_a_model_error_on_every_path(path: str, op
         sess = gpubackend.Session(_one_node_model(op, attrs, inits), path=path, fallback=False)
         sess.run({"x": np.ones((1, 3, 8, 8), np.float32)})
     msg = str(info.value)
-    assert "'node'" in msg and op in msg and attr in msg, msg
+    assert "node" in msg and op in msg and attr in msg, msg
 
 
 def _graph(consts: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], opset: int = 17) -> Graph:
