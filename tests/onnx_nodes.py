@@ -14,6 +14,7 @@ import onnx.backend.test.loader as loader
 from onnx import numpy_helper
 
 import gpubackend
+from gpubackend.graph import Graph
 
 
 @cache
@@ -60,17 +61,28 @@ def run_node_case(name: str, path: str, precision: str = "fp32", fallback: bool 
     return sess
 
 
+def planned_graph(name: str) -> Graph:
+    """The graph a session plans for case ``name``'s first data set: input shapes pinned, and
+    small shape-defining inputs (a Reshape's shape, Unsqueeze's axes, ...) made constants."""
+    from gpubackend.model import to_graph
+    from gpubackend.session import SHAPE_VALUE_LIMIT, shape_value_inputs
+
+    case = all_cases()[name]
+    base = to_graph(case.model)
+    feeds = dict(zip(base.inputs, (_array(x) for x in case.data_sets[0][0])))
+    values = {n: feeds[n] for n in shape_value_inputs(base) if feeds[n].size <= SHAPE_VALUE_LIMIT}
+    return to_graph(case.model, {n: v.shape for n, v in feeds.items()}, values)
+
+
 def check_node_case_on_path(name: str, path: str, precision: str = "fp32",
                             rtol: float | None = None, atol: float | None = None) -> bool:
     """Run case ``name`` on a GPU ``path``: with ``fallback=False`` when the path accepts every node
     (returns True); when it declines some (a placement decision, with a reason), check instead that
     with ``fallback=True`` exactly the declined nodes run on cpu and the results still match
     (returns False)."""
-    from gpubackend.model import to_graph
     from gpubackend.paths import create_path
 
-    case = all_cases()[name]
-    graph = to_graph(case.model)
+    graph = planned_graph(name)
     gpu = create_path(path, precision)
     declined = {n.name for n in graph.nodes if gpu.decline(n, graph) is not None}
     if not declined:
