@@ -27,9 +27,9 @@ GPU_PATHS = PATHS[1:]
 TOL = {"fp32": 1e-4, "fp16": 2e-2}
 COVERAGE_FILE = Path(__file__).parent / "data" / "zoo_coverage.json"
 DEFAULT_MODELS = ("yolov8n_nudenet", "ppocr_v4_det", "ppocr_v6_rec", "mtcnn_onet")
-# The fragment-shader paths compile one program per node on llvmpipe: minutes per zoo model,
-# so they run under -m slow.
-DEFAULT_PATHS = ("cpu", "gles31", "vulkan")
+# gles3 compiles one multi-target program per node on llvmpipe: minutes per zoo model, so its
+# zoo cases run under -m slow.
+DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
 
 # (model, path, precision) -> the exact bug; strict, so a fix makes the test fail until the
 # entry is removed here.
