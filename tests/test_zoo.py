@@ -38,10 +38,7 @@ _POW_NAN = ("compute Pow(negative, 2) gives NaN (shaders/compute/binary.comp, el
 KNOWN_BUGS: dict[tuple[str, str, str], str] = {
     (model, path, "fp32"): _POW_NAN for model in ("ppocr_v4_rec", "ppocr_v6_rec") for path in ("gles31", "vulkan")}
 # model -> a bug that breaks it on every path (loading or specialising), strict as well.
-MODEL_BUGS: dict[str, str] = {
-    "ppocr_cls": "input declared [-1, 3, ?, ?]: model.fold_constants raises a bare ValueError "
-                 "'negative dimensions are not allowed' (issue 14, item 2)",
-}
+MODEL_BUGS: dict[str, str] = {}
 
 
 def fetched(name: str) -> Path:
