@@ -190,7 +190,8 @@ def k_prelu(inputs: list, attrs: dict, opset: int) -> list:
         raise fail("PRelu", f"slope shape {slope.shape} does not broadcast to input {x.shape}") from e
     if shape != x.shape:
         raise fail("PRelu", f"slope shape {slope.shape} must broadcast to input shape {x.shape}")
-    if x.dtype.kind == "f":  # x+ + slope * x-, with fast clip passes instead of a masked select
+    if x.dtype.kind == "f" and np.isfinite(slope).all():  # x+ + slope * x-: fast clip passes, no mask
+        # (not for Inf / NaN slopes: 0 * Inf would turn x >= 0 into NaN)
         inf = x.dtype.type(np.inf)
         neg = np.clip(x, -inf, x.dtype.type(0))
         neg *= slope
@@ -218,6 +219,38 @@ def k_selu(inputs: list, attrs: dict, opset: int) -> list:
 def k_softplus(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Softplus", inputs, 0)
     return [np.logaddexp(x, x.dtype.type(0))]
+
+
+@register("Softsign")
+def k_softsign(inputs: list, attrs: dict, opset: int) -> list:
+    x = need("Softsign", inputs, 0)
+    return [x / (x.dtype.type(1) + np.abs(x))]
+
+
+@register("Mish")
+def k_mish(inputs: list, attrs: dict, opset: int) -> list:
+    x = need("Mish", inputs, 0)
+    return [x * np.tanh(np.logaddexp(x, x.dtype.type(0)))]
+
+
+@register("ThresholdedRelu")
+def k_thresholded_relu(inputs: list, attrs: dict, opset: int) -> list:
+    x = need("ThresholdedRelu", inputs, 0)
+    return [np.where(x > x.dtype.type(attrs.get("alpha", 1.0)), x, x.dtype.type(0))]
+
+
+@register("Gelu")
+def k_gelu(inputs: list, attrs: dict, opset: int) -> list:
+    x = need("Gelu", inputs, 0)
+    approx = attrs.get("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else str(approx)
+    t = x.dtype.type
+    if approx == "tanh":
+        inner = t(math.sqrt(2.0 / math.pi)) * (x + t(0.044715) * x * x * x)
+        return [t(0.5) * x * (t(1) + np.tanh(inner))]
+    if approx != "none":
+        raise fail("Gelu", f"attribute approximate={approx!r} must be 'none' or 'tanh'")
+    return [t(0.5) * x * (t(1) + _erf(x * t(1.0 / math.sqrt(2.0))))]
 
 
 # ----------------------------------------------------------------------------- unary math
@@ -250,6 +283,12 @@ for _op, _fn in {
     "Cos": np.cos,
     "Not": np.logical_not,
     "Round": np.round,  # numpy rounds half to even, as ONNX requires
+    "Tan": np.tan,
+    "Atan": np.arctan,
+    "Asin": np.arcsin,
+    "Acos": np.arccos,
+    "Sinh": np.sinh,
+    "Cosh": np.cosh,
 }.items():
     _unary(_op, _fn)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import ROOT, expand
+from . import ROOT, expand, read
 
 SPIRV_DIR = ROOT / "spirv"
 MANIFEST = SPIRV_DIR / "manifest.json"  # spv name -> sha256 of the exact GLSL text it was built from
@@ -129,9 +129,24 @@ def same_module(a: bytes, b: bytes) -> bool:
     return a[:lo] == b[:lo] and a[hi:] == b[hi:]
 
 
+def _elementwise_library(check: bool) -> list[str]:
+    """Regenerate (or verify) ``common/elementwise.glsl`` from the elementwise table first: every
+    compute variant includes it."""
+    try:
+        from gpubackend.ops import elementwise
+    except ImportError:
+        return []
+    if check:
+        ok = elementwise.LIBRARY.is_file() and elementwise.LIBRARY.read_text() == elementwise.glsl_library()
+        return [] if ok else ["common/elementwise.glsl is out of date with gpubackend/ops/elementwise.py"]
+    if elementwise.write_library():
+        read.cache_clear()
+    return []
+
+
 def build(check: bool = False, verbose: bool = False, force: bool = False) -> list[str]:
     """Regenerate (or with ``check`` verify) every variant; returns the problems found."""
-    problems: list[str] = []
+    problems: list[str] = _elementwise_library(check)
     wanted: set[str] = set()
     SPIRV_DIR.mkdir(exist_ok=True)
     manifest = read_manifest()

@@ -12,32 +12,13 @@ import numpy as np
 from capability_probe import contexts, faults
 from capability_probe.errors import DriverError, ShaderCompileError, ShaderLinkError
 
+from ..ops.elementwise import activation_defines  # noqa: F401 - kept importable from here
+
 # llvmpipe (gallivm) ends all loops of a shader invocation after 65535 back-edges in total (one
 # counter over every loop, nested or not) and silently skips the remaining iterations, measured on
 # Mesa 22.3: fragment kernels keep each fragment's total loop count under LOOP_BUDGET or decline.
 LLVMPIPE_LOOP_LIMIT = 65535
 LOOP_BUDGET = 60000
-
-_ACT_CODES = {"Relu": 1, "Clip": 2, "LeakyRelu": 3, "HardSigmoid": 4, "HardSwish": 5, "Sigmoid": 6, "Tanh": 7}
-
-
-def _glsl_float(v: float) -> str:
-    if v == float("inf"):
-        return "3.4e38"
-    if v == float("-inf"):
-        return "-3.4e38"
-    return repr(float(v))
-
-
-def activation_defines(act: tuple[str, dict[str, float]] | None) -> dict[str, object]:
-    """The ``#define``s that select ``activate()`` in ``shaders/common/activation.glsl``."""
-    if act is None:
-        return {"ACT": 0}
-    op, p = act
-    params = {"Clip": (p.get("min", float("-inf")), p.get("max", float("inf"))),
-              "LeakyRelu": (p.get("alpha", 0.01), 0.0),
-              "HardSigmoid": (p.get("alpha", 0.2), p.get("beta", 0.5))}.get(op, (0.0, 0.0))
-    return {"ACT": _ACT_CODES[op], "ACT_P0": _glsl_float(params[0]), "ACT_P1": _glsl_float(params[1])}
 
 
 def _numbered(src: str, around: int | None = None) -> str:

@@ -30,9 +30,10 @@ import shaders
 
 from .. import ops
 from ..graph import Graph, Node
+from ..ops import elementwise as ew
+from ..ops.elementwise import ACT_CODES
 
 PRECISIONS = ("fp32", "fp16")
-ACT_CODES = {"Relu": 1, "Clip": 2, "LeakyRelu": 3, "HardSigmoid": 4, "HardSwish": 5, "Sigmoid": 6, "Tanh": 7}
 # Blocking factors; a different choice (e.g. for a real GPU) only changes these defaults.
 CONV_BX, CONV_CB = 8, 2
 GEMM_PX, GEMM_CB = 8, 2
@@ -295,11 +296,9 @@ def _act(act: ops.Activation | None) -> tuple[int, float, float]:
     """(ACT code, parameter 0, parameter 1) of a fused or standalone activation."""
     if act is None:
         return 0, 0.0, 0.0
-    if act.op not in ACT_CODES:
+    if act.op not in ew.FUSABLE:
         raise Decline(f"fused activation {act.op} has no compute kernel")
-    clip = float(np.finfo(np.float32).max)
-    a0, a1 = act.params
-    return ACT_CODES[act.op], float(np.clip(a0, -clip, clip)), float(np.clip(a1, -clip, clip))
+    return ew.activation_params(act.spec)
 
 
 def _record(node: Node, graph: Graph, kind: type[ops.Record]):
@@ -504,9 +503,6 @@ def _matmul(node: Node, graph: Graph, precision: str) -> list[Record]:
                    (Binding("in", a), Binding("in", bname), Binding("out", node.outputs[0])), groups, local, node.name)]
 
 
-_BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "Pow": 6}
-
-
 def _operand(graph: Graph, name: str, out_shape: tuple[int, ...], key: str) -> tuple[Binding, list[int], int]:
     shape = _float_tensor(graph, name)
     r = len(out_shape)
@@ -536,6 +532,9 @@ def _operand(graph: Graph, name: str, out_shape: tuple[int, ...], key: str) -> t
 
 
 def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
+    key = ew.binary_key(node.op_type)
+    if key is None:
+        raise Decline(f"{node.op_type} is not a binary table op")
     if len([i for i in node.inputs if i]) != 2:
         raise Decline(f"{node.op_type} with {len(node.inputs)} inputs (2 supported)")
     y = node.outputs[0]
@@ -546,20 +545,27 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
     d0, d1, d2, c4, c = mem_dims(ys)
     total = d0 * d1 * d2 * c4
     groups, local = _grid_flat(total)
-    params = (("d0", d0), ("d1", d1), ("d2", d2), ("c4s", c4), ("c", c), ("op", _BINARY_OPS[node.op_type]),
+    params = (("d0", d0), ("d1", d1), ("d2", d2), ("c4s", c4), ("c", c),
               ("a0", sa[0]), ("a1", sa[1]), ("a2", sa[2]), ("a3", sa[3]), ("a_splat", fa),
               ("b0", sb[0]), ("b1", sb[1]), ("b2", sb[2]), ("b3", sb[3]), ("b_splat", fb))
-    return [Kernel("binary", "compute/binary.comp", _variant(precision), params, (ba, bb, Binding("out", y)),
+    return [Kernel("binary", "compute/binary.comp", _variant(precision, BOP=ew.BOP_CODES[key]), params,
+                   (ba, bb, Binding("out", y)),
                    groups, local, node.name)]
 
 
 def _unary(node: Node, graph: Graph, precision: str) -> list[Record]:
-    spec = ops.activation(node, graph)
-    if spec is None:
-        raise Decline(f"{node.op_type} parameters must be constants")
+    key = ew.unary_key(node.op_type, node.attrs)
+    if key is None:
+        raise Decline(f"{node.op_type} with attributes {node.attrs} is not a unary table op")
+    if key in ew.FUSABLE:
+        spec = ops.activation(node, graph)
+        if spec is None:
+            raise Decline(f"{node.op_type} parameters must be constants")
+        code, a0, a1 = _act(spec)
+    else:
+        code, a0, a1 = ew.ACT_CODES[key], *ew.unary_params(key, node.attrs)
     x = node.inputs[0]
     shape = _float_tensor(graph, x)
-    code, a0, a1 = _act(spec)
     d0, d1, d2, c4, c = mem_dims(shape)
     total = d0 * d1 * d2 * c4
     groups, local = _grid_flat(total)
@@ -800,8 +806,8 @@ REGISTRY: dict[str, list[tuple[str, Generator]]] = {
     "ConvTranspose": [("convtranspose", _convtranspose)],
     "Gemm": [("gemm", _gemm)],
     "MatMul": [("matmul", _matmul)],
-    **{op: [("binary", _binary)] for op in _BINARY_OPS},
-    **{op: [("unary", _unary)] for op in ACT_CODES},
+    **{op: [("binary", _binary)] for op in ew.BINARY_OP_TYPES},
+    **{op: [("unary", _unary)] for op in ew.UNARY_OP_TYPES},
     "MaxPool": [("pool", _pool)], "AveragePool": [("pool", _pool)],
     "GlobalAveragePool": [("globalpool", _globalpool)], "GlobalMaxPool": [("globalpool", _globalpool)],
     "Resize": [("resize", _resize)], "Upsample": [("resize", _resize)],
@@ -841,17 +847,20 @@ def generate(node: Node, graph: Graph, precision: str = "fp32",
 def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     """Every (shader, defines) variant the generators can emit: what the Vulkan path precompiles."""
     out = []
+    fused = [0] + [ACT_CODES[op] for op in ew.FUSABLE]
     for prec in PRECISIONS:
-        for act in range(8):
+        for act in fused:
             out.append(("compute/conv.comp", _variant(prec, ACT=act, BX=CONV_BX, CB=CONV_CB)))
             out.append(("compute/gemm.comp", _variant(prec, ACT=act, PX=GEMM_PX, CB=GEMM_CB)))
             out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW_BX)))
             for stride in (1, 2):
                 out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW3_BX, K3S=stride)))
             out.append(("compute/convtranspose.comp", _variant(prec, ACT=act, CB=CONVT_CB)))
-            if act:
-                out.append(("compute/unary.comp", _variant(prec, ACT=act)))
-        for shader in ("matmul", "binary", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
+        for act in ACT_CODES.values():
+            out.append(("compute/unary.comp", _variant(prec, ACT=act)))
+        for bop in ew.BOP_CODES.values():
+            out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
+        for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
     return out
 

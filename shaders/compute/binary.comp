@@ -2,12 +2,13 @@
 // [d0][d1][d2][c4] vec4s (packed axis innermost); each operand is addressed with strides in
 // vec4 units (0 on broadcast axes) and, when its packed axis has length 1 against a longer
 // output axis, splats lane 0 (per-channel scale of squeeze-excite is strides (c4, 0, 0, 1)).
-// op: 0 Add, 1 Sub, 2 Mul, 3 Div, 4 Max, 5 Min, 6 Pow.
+// The op is binop() chosen by BOP (see gpubackend/ops/elementwise.py).
 #include "compute/prelude.glsl"
+#include "common/elementwise.glsl"
 
 PARAMS_BEGIN
     int d0; int d1; int d2; int c4s;
-    int c; int op;
+    int c;
     int a0; int a1; int a2; int a3; int a_splat;
     int b0; int b1; int b2; int b3; int b_splat;
 PARAMS_END
@@ -29,13 +30,6 @@ void main() {
     vec4 bv = LD(b, i0 * p.b0 + i1 * p.b1 + i2 * p.b2 + c4 * p.b3);
     if (p.a_splat != 0) av = av.xxxx;
     if (p.b_splat != 0) bv = bv.xxxx;
-    vec4 v;
-    if (p.op == 0) v = av + bv;
-    else if (p.op == 1) v = av - bv;
-    else if (p.op == 2) v = av * bv;
-    else if (p.op == 3) v = av / bv;
-    else if (p.op == 4) v = max(av, bv);
-    else if (p.op == 5) v = min(av, bv);
-    else v = pow(av, bv);
+    vec4 v = binop(av, bv);
     ST(y, i, tail_zero(v, c4, p.c));
 }

@@ -17,7 +17,7 @@ PARAMS_BEGIN
 PARAMS_END
 #define ACT_P0 p.act0
 #define ACT_P1 p.act1
-#include "common/activation.glsl"
+#include "common/elementwise.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
 layout(std430, binding = 1) readonly buffer W { vec4 w[]; };  // weights stay fp32 (no unpack cost)

@@ -7,4 +7,3 @@ precision highp sampler2D;
 #error "gles2 kernels need highp float in fragment shaders"
 #endif
 #include "gles2/encoding.glsl"
-#include "common/activation.glsl"

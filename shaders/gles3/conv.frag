@@ -5,7 +5,7 @@
 // input geometry) and the generated conv_init(acc) / conv_pixel(n, g, iy, ix, k, acc), which
 // unroll over input planes and output targets so that every weight index is uniform in the draw.
 #define CUSTOM_SLOTS
-#include "common/activation.glsl"
+#include "common/elementwise.glsl"
 
 // Tap (ky, kx) of output pixel (oy, ox): the clamped input pixel and whether it is inside.
 bool tap(int oy, int ox, int ky, int kx, out int iy, out int ix) {

@@ -2,7 +2,7 @@
 // iy * SH - PT + ky * DH == oy. Same weight packing and generated conv_init / conv_pixel as
 // conv.frag; one draw per output tile, R_OUT output slices per fragment.
 #define CUSTOM_SLOTS
-#include "common/activation.glsl"
+#include "common/elementwise.glsl"
 
 // Tap (ky, kx) of output pixel (oy, ox): the input pixel it gathers (clamped) and whether
 // one exists (inside the input, on the stride grid).

@@ -1,9 +1,8 @@
-// Elementwise unary op: UNOP(v) (activation-family ops go through activate()).
-#include "common/activation.glsl"
+// Elementwise unary op: activate() chosen by ACT (see common/elementwise.glsl).
+#include "common/elementwise.glsl"
 
 vec4 compute(int n, int g, int p, int y, int x) {
-    vec4 v = X_plane(p, n, g, y, x);
-    return UNOP(v);
+    return activate(X_plane(p, n, g, y, x));
 }
 
 #include "gles3/main.glsl"

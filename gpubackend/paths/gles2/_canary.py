@@ -41,23 +41,9 @@ def reference(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], o
 
 
 def apply_act(y: np.ndarray, act: tuple[str, dict[str, float]]) -> np.ndarray:
-    op, p = act
-    y = y.astype(np.float64)
-    if op == "Relu":
-        y = np.maximum(y, 0)
-    elif op == "Clip":
-        y = np.clip(y, p.get("min", -np.inf), p.get("max", np.inf))
-    elif op == "LeakyRelu":
-        y = np.where(y >= 0, y, y * p.get("alpha", 0.01))
-    elif op == "HardSigmoid":
-        y = np.clip(y * p.get("alpha", 0.2) + p.get("beta", 0.5), 0, 1)
-    elif op == "HardSwish":
-        y = y * np.clip(y / 6 + 0.5, 0, 1)
-    elif op == "Sigmoid":
-        y = 1 / (1 + np.exp(-y))
-    elif op == "Tanh":
-        y = np.tanh(y)
-    return y.astype(np.float32)
+    from fallback import apply_activation
+
+    return apply_activation(np.array(y, np.float32), act)
 
 
 def run_single(path: Any, op: str, inputs: list[np.ndarray | None], consts: list[bool], attrs: dict[str, Any],

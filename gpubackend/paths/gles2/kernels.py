@@ -17,8 +17,9 @@ import numpy as np
 import shaders
 
 from ... import ops
-from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET, activation_defines
+from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from ...graph import Graph, Node
+from ...ops import elementwise as ew
 from .layout import Layout, LayoutError, dims4
 
 UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration
@@ -188,8 +189,7 @@ class _Gen:
         if iterations > LOOP_BUDGET:
             raise Decline(f"{iterations} loop iterations per fragment is too many "
                           f"(llvmpipe silently stops loops after {LLVMPIPE_LOOP_LIMIT}; budget {LOOP_BUDGET})")
-        defines: dict[str, object] = dict(activation_defines(None if self.act is None else self.act.spec))
-        defines.update(extra_defines or {})
+        defines: dict[str, object] = dict(extra_defines or {})
         # gl_FragCoord is mediump in GLSL ES 1.00: copy it to highp before any arithmetic, or a
         # driver that lowers mediump to fp16 (Mesa does) loses the texel index beyond 1024.
         main = ["void main() {", "    highp vec2 fc = gl_FragCoord.xy;", "    vec2 p = floor(fc);"]
@@ -214,7 +214,9 @@ class _Gen:
                      "if (j == 0) v.x = r; else v.y = r; }",
                      "    gl_FragColor = g2_encode16(v.x, v.y);"]
         main.append("}")
-        parts = self.loaders + [body] + ([pair] if pair and L.pack == 2 else []) + ["\n".join(main)]
+        act = activation_function(None if self.act is None else self.act.spec)
+        parts = [*self.loaders, act, body, *([pair] if pair and L.pack == 2 else []),
+                 "\n".join(main)]
         src = shaders.source("gles2/kernel.frag", "100", defines) + "\n" + "\n".join(parts) + "\n"
         return Kernel(name, src, list(self.inputs), tuple(out_shape), dict(self.consts), iterations)
 
@@ -434,31 +436,17 @@ def gen_matmul(node: Node, graph: Graph, cfg: Config) -> Kernel:
     return g.finish("matmul", "\n".join(lines), ys, loops=loops)
 
 
-_BINARY: dict[str, Callable[[str, str], str]] = {
-    "Add": lambda a, b: f"{a} + {b}", "Sub": lambda a, b: f"{a} - {b}", "Mul": lambda a, b: f"{a} * {b}",
-    "Div": lambda a, b: f"{a} / {b}", "Max": lambda a, b: f"max({a}, {b})", "Min": lambda a, b: f"min({a}, {b})",
-    "Pow": lambda a, b: f"g2_pow({a}, {b})", "PRelu": lambda a, b: f"g2_prelu({a}, {b})",
-    "Sum": lambda a, b: f"{a} + {b}", "Mean": lambda a, b: f"{a} + {b}"}
+def activation_function(act: tuple[str, dict] | None) -> str:
+    """``float activate(float x)`` for a fused activation ``(op, params)`` (identity for None),
+    rendered from the elementwise table, with the helper functions it needs."""
+    if act is None:
+        return "float activate(float x) { return x; }"
+    p = ew.unary_params(act[0], act[1] or {})
+    expr, helpers = ew.render_scalar(ew.unary_op(act[0]), {"x": "x"}, p)
+    return f"{helpers}\nfloat activate(float x) {{ return {expr}; }}"
 
-_UNARY = {"Relu": None, "Sigmoid": None, "Tanh": None, "HardSwish": None, "HardSigmoid": None,
-          "LeakyRelu": None, "Clip": None,
-          "Identity": "x", "Neg": "-x", "Abs": "abs(x)", "Exp": "exp(x)", "Log": "log(x)", "Sqrt": "sqrt(x)",
-          "Reciprocal": "1.0 / x", "Floor": "floor(x)", "Ceil": "ceil(x)", "Sin": "sin(x)", "Cos": "cos(x)",
-          "Softsign": "x / (1.0 + abs(x))", "Sign": "sign(x)",
-          "Softplus": "(max(x, 0.0) + log(1.0 + exp(-abs(x))))",
-          "Elu": "(x < 0.0 ? P0 * (exp(x) - 1.0) : x)",
-          "Selu": "(x <= 0.0 ? P1 * (P0 * exp(x) - P0) : P1 * x)",
-          "ThresholdedRelu": "(x > P0 ? x : 0.0)"}
 
-_PRELU = "float g2_prelu(float a, float b) { return a < 0.0 ? a * b : a; }"
-_POW = """float g2_pow(float a, float b) {
-    if (b == 0.0) return 1.0;
-    float m = pow(abs(a), b);
-    if (a >= 0.0) return m;
-    float hb = floor(b * 0.5);
-    if (floor(b) != b) return g2_nan();
-    return b - 2.0 * hb == 0.0 ? m : -m;
-}"""
+_NARY = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}  # folded pairwise; Mean divides after
 
 
 def gen_elementwise(node: Node, graph: Graph, cfg: Config) -> Kernel:
@@ -468,39 +456,34 @@ def gen_elementwise(node: Node, graph: Graph, cfg: Config) -> Kernel:
     ys = g.shape(node.outputs[0])
     g.check_float(*ins, node.outputs[0])
     y4 = dims4(ys)
-    if op in _BINARY:
-        if op not in ("Sum", "Mean", "Max", "Min") and len(ins) != 2:
+    head = "float compute(float n, float c, float h, float w) {"
+    bkey = _NARY.get(op) or ew.binary_key(op)
+    if bkey is not None:
+        if op not in _NARY and len(ins) != 2:
             raise Decline(f"{op} needs two inputs")
         vals = [g.bcast(i, y4) for i in ins]
-        expr = vals[0]
-        for v in vals[1:]:
-            expr = _BINARY[op](f"({expr})", f"({v})")
-        if op == "Mean":
-            expr = f"({expr}) / {lit(len(ins))}"
-        extra = _POW + "\n" if op == "Pow" else _PRELU + "\n" if op == "PRelu" else ""
-        body = extra + f"float compute(float n, float c, float h, float w) {{ return {expr}; }}"
-        return g.finish("binary", body, ys)
-    if op in _UNARY:
-        x = g.bcast(ins[0], y4)
-        expr = _UNARY[op]
-        if expr is None:  # the shared activation snippet
-            g.act = ops.activation(node, graph)
-            if g.act is None and op == "Clip":  # bounds computed at run time
-                lo = g.bcast(node.inputs[1], y4) if len(node.inputs) > 1 and node.inputs[1] else "(-g2_inf())"
-                hi = g.bcast(node.inputs[2], y4) if len(node.inputs) > 2 and node.inputs[2] else "g2_inf()"
-                body = f"float compute(float n, float c, float h, float w) {{ return min(max({x}, {lo}), {hi}); }}"
-                return g.finish("unary", body, ys)
-            if g.act is None:
-                raise Decline(f"{op} parameters must be constants")
-            expr = "activate(x)"
-        a = node.attrs
-        p0 = {"Elu": a.get("alpha", 1.0), "Selu": a.get("alpha", 1.67326319217681884765625),
-              "ThresholdedRelu": a.get("alpha", 1.0)}.get(op, 0.0)
-        p1 = a.get("gamma", 1.05070102214813232421875) if op == "Selu" else 0.0
-        expr = expr.replace("P0", lit(p0)).replace("P1", lit(p1))
-        body = f"float compute(float n, float c, float h, float w) {{ float x = {x}; return {expr}; }}"
-        return g.finish("unary", body, ys)
-    raise Decline(f"no gles2 kernel for {op}")
+        expr, helpers = ew.render_scalar(ew.binary_op(bkey), {"a": "a", "b": "b"})
+        steps = [f"float a = {vals[0]}; float b = 0.0;"] + [f"b = {v}; a = {expr};" for v in vals[1:]]
+        result = f"a / {lit(len(ins))}" if op == "Mean" else "a"
+        return g.finish("binary", f"{helpers}\n{head} {' '.join(steps)} return {result}; }}", ys)
+    x = g.bcast(ins[0], y4)
+    if op == "Identity":
+        return g.finish("unary", f"{head} return {x}; }}", ys)
+    key = ew.unary_key(op, node.attrs)
+    if key is None:
+        raise Decline(f"no gles2 kernel for {op} with attributes {node.attrs}")
+    names = {"x": "x"}
+    values: dict[str, object] = dict(node.attrs)
+    if key == "Clip":  # opset 11+: bounds from inputs 1 and 2, constant or computed at run time
+        for idx, name, pname in ((1, "min", "P0"), (2, "max", "P1")):
+            if len(node.inputs) > idx and node.inputs[idx]:
+                bound = node.inputs[idx]
+                if bound in graph.constants:
+                    values[name] = graph.constants[bound]
+                else:
+                    names[pname] = g.bcast(bound, y4)
+    expr, helpers = ew.render_scalar(ew.unary_op(key), names, ew.unary_params(key, values))
+    return g.finish("unary", f"{helpers}\n{head} float x = {x}; return {expr}; }}", ys)
 
 
 def gen_global_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
@@ -819,7 +802,7 @@ GENERATORS: dict[str, Callable[[Node, Graph, Config], Kernel]] = {
     "Transpose": gen_transpose, "Pad": gen_pad,
     **{op: gen_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
                                  "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")},
-    **{op: gen_elementwise for op in list(_BINARY) + list(_UNARY)},
+    **{op: gen_elementwise for op in (*_NARY, *ew.BINARY_OP_TYPES, *ew.UNARY_OP_TYPES, "Identity")},
 }
 
 

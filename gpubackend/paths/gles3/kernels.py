@@ -16,8 +16,10 @@ import numpy as np
 import shaders
 
 from ... import ops
-from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET, activation_defines
+from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from ...graph import Graph, Node
+from ...ops import elementwise as ew
+from ...ops.elementwise import activation_defines
 from .layout import TexLayout, plan_layout, to4d
 
 GLSL_VERSION = "300 es"
@@ -421,11 +423,6 @@ def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 
 # ---- elementwise -------------------------------------------------------------------------------
 
-_BINOPS = {"Add": "((a) + (b))", "Sub": "((a) - (b))", "Mul": "((a) * (b))", "Div": "((a) / (b))",
-           "Max": "max(a, b)", "Min": "min(a, b)",
-           "PRelu": "mix((a) * (b), (a), greaterThanEqual((a), vec4(0.0)))"}
-
-
 def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if len(node.inputs) != 2:
         return f"{node.op_type} with {len(node.inputs)} inputs (only 2)"
@@ -439,7 +436,10 @@ def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     inputs: dict[str, TexLayout] = {}
     tensors: list[tuple[str, str]] = []
     consts: dict[str, tuple[np.ndarray, TexLayout]] = {}
-    defines: dict[str, object] = {"BINOP(a, b)": _BINOPS[node.op_type]}
+    key = ew.binary_key(node.op_type)
+    if key is None:
+        return f"{node.op_type} is not a binary table op"
+    defines: dict[str, object] = {"BOP": ew.BOP_CODES[key]}
     if all(n in graph.constants for n in node.inputs):
         return "all inputs are constant"
     for prefix, name in zip("AB", node.inputs):
@@ -455,7 +455,7 @@ def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
             return f"shapes {s} and {ys} do not broadcast in the NCHW view"
         value = graph.constants.get(name)
         if value is not None and value.size == 1:
-            defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"vec4({_float(value.reshape(-1)[0])})"
+            defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"vec4({ew.glsl_float(value.reshape(-1)[0], True)})"
             continue
         lay = plan_layout(a4, lim.planes, lim.max_texture_size)
         if isinstance(lay, str):
@@ -482,35 +482,22 @@ def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     return Kernel("binary", src, tensors, out, False, consts=consts, flops=int(np.prod(ys)), in_layouts=inputs)
 
 
-_UNARY = {"Abs": "abs(v)", "Neg": "(-(v))", "Exp": "exp(v)", "Log": "log(v)", "Sqrt": "sqrt(v)",
-          "Reciprocal": "(1.0 / (v))", "Floor": "floor(v)", "Ceil": "ceil(v)", "Sin": "sin(v)", "Cos": "cos(v)",
-          "Softsign": "((v) / (1.0 + abs(v)))",
-          "Softplus": "(max(v, vec4(0.0)) + log(1.0 + exp(-abs(v))))"}
-_ACT_OPS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
-
-
 def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     xs = _shape(graph, node.inputs[0])
     x = layout_of(xs, lim)
     if isinstance(x, str):
         return x
-    op = node.op_type
-    defines: dict[str, object] = {}
-    if op in _ACT_OPS:
+    key = ew.unary_key(node.op_type, node.attrs)
+    if key is None:
+        return f"{node.op_type} with attributes {node.attrs} is not a unary table op"
+    if key in ew.FUSABLE:
         act = ops.activation(node, graph)
         if act is None:
             return "Clip bounds are not constant"
-        defines.update(activation_defines(act.spec))
-        defines["UNOP(v)"] = "activate(v)"
-    elif op == "Elu":
-        a = _float(node.attrs.get("alpha", 1.0))
-        defines["UNOP(v)"] = f"mix({a} * (exp(min(v, vec4(0.0))) - 1.0), v, greaterThan(v, vec4(0.0)))"
-    elif op == "Selu":
-        a = _float(node.attrs.get("alpha", 1.67326319217681884765625))
-        gm = _float(node.attrs.get("gamma", 1.05070102214813232421875))
-        defines["UNOP(v)"] = f"({gm} * mix({a} * (exp(min(v, vec4(0.0))) - 1.0), v, greaterThan(v, vec4(0.0))))"
+        spec = act.spec
     else:
-        defines["UNOP(v)"] = _UNARY[op]
+        spec = (key, node.attrs)
+    defines: dict[str, object] = dict(activation_defines(spec))
     src = _source("unary.frag", x, {"X": x}, False, defines)
     return Kernel("unary", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs or (1,))),
                   in_layouts={"X": x})
@@ -756,9 +743,9 @@ def _kernel_for(op: str) -> Callable[[Node, Graph, Limits], Kernel | str] | None
         return conv_transpose
     if op in ("Gemm", "MatMul"):
         return gemm
-    if op in _BINOPS:
+    if op in ew.BINARY_OP_TYPES:
         return binary
-    if op in _UNARY or op in _ACT_OPS or op in ("Elu", "Selu"):
+    if op in ew.UNARY_OP_TYPES:
         return unary
     if op in ("MaxPool", "AveragePool"):
         return pool
@@ -795,9 +782,9 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
              "Resize": "resize", "Upsample": "resize"}
     if op in table:
         return table[op]
-    if op in _BINOPS:
+    if op in ew.BINARY_OP_TYPES:
         return "binary"
-    if op in _UNARY or op in _ACT_OPS or op in ("Elu", "Selu"):
+    if op in ew.UNARY_OP_TYPES:
         return "unary"
     if op in _ALIAS_OPS:
         return "layout"
@@ -816,6 +803,6 @@ def build(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     bad = _check_float(graph, [n for n in node.inputs[:1] + node.outputs[:1]])
     if bad:
         return bad
-    if node.inputs[0] in graph.constants and node.op_type not in ("Concat",) + tuple(_BINOPS):
+    if node.inputs[0] in graph.constants and node.op_type not in ("Concat", *ew.BINARY_OP_TYPES):
         return "data input is constant"
     return gen(node, graph, lim)
