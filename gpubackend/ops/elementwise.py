@@ -83,7 +83,7 @@ HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
     "round_even": (("u",), "sel(ge(abs(u), 8388608.0), u, round_rf(floor(u), u - floor(u)))"),
     # ONNX / NumPy float power: x^0 = 1 (even for NaN x); a negative base needs an integer exponent
     "pow_m": (("u", "v", "m"), "sel(ge(u, 0.0), m, sel(ne(floor(v), v), nan(), "
-                               "sel(eq(v - 2.0 * floor(v * 0.5), 0.0), m, -m)))"),
+                               "sel(eq(v - 2.0 * floor(v * 0.5), 1.0), -m, m)))"),  # odd: -m; +-Inf: even
     # pow(0, v) by hand: llvmpipe's pow(0, negative) is 0, not Inf
     "pow_abs": (("u", "v"), "sel(eq(u, 0.0), sel(lt(v, 0.0), inf(), 0.0), pow(abs(u), v))"),
     "pow_nan": (("u", "v"), "sel(isnan(u), u, sel(isnan(v), v, pow_m(u, v, pow_abs(u, v))))"),

@@ -24,7 +24,7 @@ vec4 ew_erf_t(vec4 u, vec4 t) { return (mix(vec4(1.0), (-vec4(1.0)), lessThan(u,
 vec4 ew_erf(vec4 u) { return ew_erf_t(u, (vec4(1.0) / (vec4(1.0) + (vec4(0.32759109139442444) * abs(u))))); }
 vec4 ew_round_rf(vec4 r, vec4 f) { return mix(mix((r + (r - (vec4(2.0) * floor((r * vec4(0.5)))))), r, lessThan(f, vec4(0.5))), (r + vec4(1.0)), greaterThan(f, vec4(0.5))); }
 vec4 ew_round_even(vec4 u) { return mix(ew_round_rf(floor(u), (u - floor(u))), u, greaterThanEqual(abs(u), vec4(8388608.0))); }
-vec4 ew_pow_m(vec4 u, vec4 v, vec4 m) { return mix(mix(mix((-m), m, equal((v - (vec4(2.0) * floor((v * vec4(0.5))))), vec4(0.0))), vec4(uintBitsToFloat(0x7fc00000u)), notEqual(floor(v), v)), m, greaterThanEqual(u, vec4(0.0))); }
+vec4 ew_pow_m(vec4 u, vec4 v, vec4 m) { return mix(mix(mix(m, (-m), equal((v - (vec4(2.0) * floor((v * vec4(0.5))))), vec4(1.0))), vec4(uintBitsToFloat(0x7fc00000u)), notEqual(floor(v), v)), m, greaterThanEqual(u, vec4(0.0))); }
 vec4 ew_pow_abs(vec4 u, vec4 v) { return mix(pow(abs(u), v), mix(vec4(0.0), vec4(uintBitsToFloat(0x7f800000u)), lessThan(v, vec4(0.0))), equal(u, vec4(0.0))); }
 vec4 ew_pow_nan(vec4 u, vec4 v) { return mix(mix(ew_pow_m(u, v, ew_pow_abs(u, v)), v, greaterThan(floatBitsToUint(v) & uvec4(0x7fffffffu), uvec4(0x7f800000u))), u, greaterThan(floatBitsToUint(u) & uvec4(0x7fffffffu), uvec4(0x7f800000u))); }
 vec4 ew_pow_(vec4 u, vec4 v) { return mix(mix(ew_pow_nan(u, v), vec4(1.0), equal(u, vec4(1.0))), vec4(1.0), equal(v, vec4(0.0))); }

@@ -323,7 +323,7 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
             f"    vec2 acc = vec2({bias_expr});",
             f"    for (int i = 0; i < {cing}; i++) {{ float ci = float(i);",
             f"        acc += ldp{ld_x[2:]}(n, cb + ci, h, w) * {wexpr(0, 0, 'ci')}; }}",
-            "    return activate(vec4(acc, 0.0, 0.0)).xy;", "}"])
+            "    return vec2(activate(acc.x), activate(acc.y));", "}"])
     return g.finish(name, "\n".join(lines), ys if nd == 2 else graph.shape(node.outputs[0]), pair=pair,
                     loops=loops, pair_loops=cing + 1)
 
