@@ -33,10 +33,7 @@ DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
 
 # (model, path, precision) -> the exact bug; strict, so a fix makes the test fail until the
 # entry is removed here.
-_POW_NAN = ("compute Pow(negative, 2) gives NaN (shaders/compute/binary.comp, elementwise; same bug as "
-            "test_shapes' _POW_NAN): the SVTR LayerNorm, written Pow(x - mean, 2), outputs NaN")
-KNOWN_BUGS: dict[tuple[str, str, str], str] = {
-    (model, path, "fp32"): _POW_NAN for model in ("ppocr_v4_rec", "ppocr_v6_rec") for path in ("gles31", "vulkan")}
+KNOWN_BUGS: dict[tuple[str, str, str], str] = {}
 # model -> a bug that breaks it on every path (loading or specialising), strict as well.
 MODEL_BUGS: dict[str, str] = {}
 
