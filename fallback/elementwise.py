@@ -221,6 +221,13 @@ def k_softplus(inputs: list, attrs: dict, opset: int) -> list:
     return [np.logaddexp(x, x.dtype.type(0))]
 
 
+@register("Celu")
+def k_celu(inputs: list, attrs: dict, opset: int) -> list:
+    x = need("Celu", inputs, 0)
+    a = x.dtype.type(attrs.get("alpha", 1.0))
+    return [np.maximum(x, 0) + np.minimum(0, a * np.expm1(x / a))]
+
+
 @register("Softsign")
 def k_softsign(inputs: list, attrs: dict, opset: int) -> list:
     x = need("Softsign", inputs, 0)

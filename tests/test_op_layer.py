@@ -166,12 +166,9 @@ def test_records_are_memoised_without_keeping_nodes_alive() -> None:
 
 # ---- lint: no ONNX attribute is read outside the op layer (and fallback/) -----------------------------
 # (module, function) pairs still reading node.attrs. NOT_YET_PORTED are known gaps, not permissions:
-# elementwise parameters (Elu/Selu/ThresholdedRelu alpha, gamma) belong to the elementwise expression
-# table (ops-elementwise); remove an entry as soon as its function reads records only.
-NOT_YET_PORTED: dict[tuple[str, str], str] = {
-    ("gpubackend/paths/gles3/kernels.py", "unary"): "Elu / Selu parameters",
-    ("gpubackend/paths/gles2/kernels.py", "gen_elementwise"): "Elu / Selu / ThresholdedRelu parameters",
-}
+# remove an entry as soon as its function reads records only (elementwise parameters are resolved
+# by gpubackend/ops/elementwise.py).
+NOT_YET_PORTED: dict[tuple[str, str], str] = {}
 # Reads that are not ONNX semantics.
 NOT_SEMANTICS: dict[tuple[str, str], str] = {
     ("gpubackend/paths/cpu.py", "_standard_nodes"): "writes the node back out as ONNX for onnxruntime",

@@ -129,6 +129,7 @@ UNARY: tuple[Op, ...] = (
     Op("Acos", "sel(gt(abs(x), 1.0), nan(), atan(sqrt(1.0 - x * x), x))", domain=(-1.0, 1.0)),
     Op("Sinh", "0.5 * (exp(x) - exp(-x))"),
     Op("Cosh", "0.5 * (exp(x) + exp(-x))"),
+    Op("Celu", "fmax(x, 0.0) + fmin(0.0, P0 * (exp(x / P0) - 1.0))", (("alpha", 1.0),)),
 )
 FUSABLE = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
 
@@ -197,6 +198,23 @@ def unary_params(key: str, values: Mapping[str, Any]) -> tuple[float, float]:
         out.append(float(default) if v is None else float(np.asarray(v, np.float64).reshape(-1)[0]))
     out += [0.0] * (2 - len(out))
     return out[0], out[1]
+
+
+def resolve_unary(node: Any, graph: Any) -> tuple[str, float, float] | str:
+    """(table key, P0, P1) of a standalone unary node, or the reason it is not a table op here
+    (a Clip bound that arrives at run time, an unknown Gelu mode). The fusable activations take
+    their parameters from the op layer's activation record."""
+    key = unary_key(node.op_type, node.attrs)
+    if key is None:
+        return f"{node.op_type} with these attributes is not a unary table op"
+    if key in FUSABLE:
+        from .records import activation
+
+        act = activation(node, graph)
+        if act is None:
+            return f"{node.op_type} parameters must be constants"
+        return (key, *unary_params(key, act.spec[1]))
+    return (key, *unary_params(key, node.attrs))
 
 
 def activation_params(act: tuple[str, Mapping[str, Any]]) -> tuple[int, float, float]:
@@ -345,6 +363,11 @@ def activation_defines(act: tuple[str, Mapping[str, Any]] | None) -> dict[str, o
     return {"ACT": code, "ACT_P0": glsl_float(p0, True), "ACT_P1": glsl_float(p1, True)}
 
 
+def unary_defines(key: str, p0: float, p1: float) -> dict[str, object]:
+    """:func:`activation_defines` for a resolved unary op (see :func:`resolve_unary`)."""
+    return {"ACT": ACT_CODES[key], "ACT_P0": glsl_float(p0, True), "ACT_P1": glsl_float(p1, True)}
+
+
 LIBRARY = Path(__file__).resolve().parents[2] / "shaders" / "common" / "elementwise.glsl"
 
 
@@ -385,4 +408,4 @@ def write_library() -> bool:
 __all__ = ["ACT_CODES", "ALIASES", "BINARY", "BINARY_OP_TYPES", "BOP_CODES", "BUILTINS", "ExpressionError",
            "FUSABLE", "HELPERS", "Op", "UNARY", "UNARY_OP_TYPES", "activation_defines", "activation_params",
            "binary_key", "binary_op", "glsl_float", "glsl_library", "helpers_used", "render_scalar",
-           "render_vec4", "unary_key", "unary_op", "unary_params", "write_library"]
+           "render_vec4", "resolve_unary", "unary_defines", "unary_key", "unary_op", "unary_params", "write_library"]

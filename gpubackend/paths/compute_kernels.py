@@ -554,16 +554,11 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
 
 
 def _unary(node: Node, graph: Graph, precision: str) -> list[Record]:
-    key = ew.unary_key(node.op_type, node.attrs)
-    if key is None:
-        raise Decline(f"{node.op_type} with attributes {node.attrs} is not a unary table op")
-    if key in ew.FUSABLE:
-        spec = ops.activation(node, graph)
-        if spec is None:
-            raise Decline(f"{node.op_type} parameters must be constants")
-        code, a0, a1 = _act(spec)
-    else:
-        code, a0, a1 = ew.ACT_CODES[key], *ew.unary_params(key, node.attrs)
+    resolved = ew.resolve_unary(node, graph)
+    if isinstance(resolved, str):
+        raise Decline(resolved)
+    key, a0, a1 = resolved
+    code = ew.ACT_CODES[key]
     x = node.inputs[0]
     shape = _float_tensor(graph, x)
     d0, d1, d2, c4, c = mem_dims(shape)

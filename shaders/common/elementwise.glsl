@@ -97,6 +97,8 @@ vec4 activate(vec4 x) {
     return mix((vec4(0.5) * (exp(x) - exp((-x)))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 34  // Cosh
     return mix((vec4(0.5) * (exp(x) + exp((-x)))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
+#elif ACT == 35  // Celu
+    return mix((ew_fmax(x, vec4(0.0)) + ew_fmin(vec4(0.0), (vec4(ACT_P0) * (exp((x / vec4(ACT_P0))) - vec4(1.0))))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #else
     return x;
 #endif

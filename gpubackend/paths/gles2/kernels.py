@@ -469,20 +469,18 @@ def gen_elementwise(node: Node, graph: Graph, cfg: Config) -> Kernel:
     x = g.bcast(ins[0], y4)
     if op == "Identity":
         return g.finish("unary", f"{head} return {x}; }}", ys)
-    key = ew.unary_key(op, node.attrs)
-    if key is None:
-        raise Decline(f"no gles2 kernel for {op} with attributes {node.attrs}")
     names = {"x": "x"}
-    values: dict[str, object] = dict(node.attrs)
-    if key == "Clip":  # opset 11+: bounds from inputs 1 and 2, constant or computed at run time
-        for idx, name, pname in ((1, "min", "P0"), (2, "max", "P1")):
+    resolved = ew.resolve_unary(node, graph)
+    if isinstance(resolved, str):
+        if op != "Clip":
+            raise Decline(resolved)
+        # a bound computed at run time: read it per element (opset 11+ bounds are inputs 1, 2)
+        resolved = ("Clip", -math.inf, math.inf)
+        for idx, pname in ((1, "P0"), (2, "P1")):
             if len(node.inputs) > idx and node.inputs[idx]:
-                bound = node.inputs[idx]
-                if bound in graph.constants:
-                    values[name] = graph.constants[bound]
-                else:
-                    names[pname] = g.bcast(bound, y4)
-    expr, helpers = ew.render_scalar(ew.unary_op(key), names, ew.unary_params(key, values))
+                names[pname] = g.bcast(node.inputs[idx], y4)
+    key, p0, p1 = resolved
+    expr, helpers = ew.render_scalar(ew.unary_op(key), names, (p0, p1))
     return g.finish("unary", f"{helpers}\n{head} float x = {x}; return {expr}; }}", ys)
 
 

@@ -487,17 +487,10 @@ def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     x = layout_of(xs, lim)
     if isinstance(x, str):
         return x
-    key = ew.unary_key(node.op_type, node.attrs)
-    if key is None:
-        return f"{node.op_type} with attributes {node.attrs} is not a unary table op"
-    if key in ew.FUSABLE:
-        act = ops.activation(node, graph)
-        if act is None:
-            return "Clip bounds are not constant"
-        spec = act.spec
-    else:
-        spec = (key, node.attrs)
-    defines: dict[str, object] = dict(activation_defines(spec))
+    resolved = ew.resolve_unary(node, graph)
+    if isinstance(resolved, str):
+        return resolved
+    defines: dict[str, object] = ew.unary_defines(*resolved)
     src = _source("unary.frag", x, {"X": x}, False, defines)
     return Kernel("unary", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs or (1,))),
                   in_layouts={"X": x})
