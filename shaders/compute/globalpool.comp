@@ -1,5 +1,6 @@
 // GlobalAveragePool / GlobalMaxPool on PHWC4 tensors: one invocation per (n, c4) reduces H*W.
 #include "compute/prelude.glsl"
+#include "common/elementwise.glsl"
 
 PARAMS_BEGIN
     int n; int hw; int c4s; int c; int is_max;
@@ -14,9 +15,9 @@ void main() {
     int n = i / p.c4s;
     int c4 = i - n * p.c4s;
     int base = n * p.hw * p.c4s + c4;
-    vec4 acc = p.is_max != 0 ? vec4(-3.402823e38) : vec4(0.0);
+    vec4 acc = p.is_max != 0 ? vec4(uintBitsToFloat(0xff800000u)) : vec4(0.0);  // -Inf
     if (p.is_max != 0) {
-        for (int j = 0; j < p.hw; j++) acc = max(acc, LD(x, base + j * p.c4s));
+        for (int j = 0; j < p.hw; j++) acc = ew_fmax(acc, LD(x, base + j * p.c4s));  // NaN-propagating
     } else {
         // four partial sums keep more of fp32's precision over large planes
         vec4 s0 = vec4(0.0), s1 = vec4(0.0), s2 = vec4(0.0), s3 = vec4(0.0);

@@ -1,6 +1,7 @@
 // MaxPool / AveragePool on PHWC4 tensors. Average divides by the whole window clipped to the
 // padded input (count_include_pad = 1) or by the in-bounds taps only (count_include_pad = 0).
 #include "compute/prelude.glsl"
+#include "common/elementwise.glsl"
 
 PARAMS_BEGIN
     int n; int ih; int iw; int c4s;
@@ -21,7 +22,7 @@ void main() {
     if (ox >= p.ow || oy >= p.oh || z >= p.n * p.c4s) return;
     int n = z / p.c4s;
     int c4 = z - n * p.c4s;
-    vec4 acc = p.is_max != 0 ? vec4(-3.402823e38) : vec4(0.0);
+    vec4 acc = p.is_max != 0 ? vec4(uintBitsToFloat(0xff800000u)) : vec4(0.0);  // -Inf
     int taps = 0;
     int padded = 0;
     for (int ky = 0; ky < p.kh; ky++) {
@@ -33,7 +34,7 @@ void main() {
             if (ypad && ix >= -p.pl && ix < p.iw + p.pr) padded++;
             if (!yin || ix < 0 || ix >= p.iw) continue;
             vec4 v = LD(x, ((n * p.ih + iy) * p.iw + ix) * p.c4s + c4);
-            acc = p.is_max != 0 ? max(acc, v) : acc + v;
+            acc = p.is_max != 0 ? ew_fmax(acc, v) : acc + v;  // NaN-propagating, as NumPy and ONNX
             taps++;
         }
     }

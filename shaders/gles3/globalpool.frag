@@ -7,6 +7,7 @@
 // generated: GP_INIT, GP_ROW, GP_ADD(dx), GP_ROW_END, GP_OUT), and the row loop steps GP_K
 // columns at a time through an unrolled body (GP_ADD_K), with a short tail loop for W % GP_K.
 // kernels.global_pool refuses shapes whose back-edge count would come near the limit.
+#include "common/elementwise.glsl"
 #define CUSTOM_SLOTS
 void compute_slots(int n, int g, int oy, int ox, out vec4 r[R_OUT]) {
     ivec2 base = X_xy(n, g, 0, 0);

@@ -1,9 +1,10 @@
 // MaxPool / AveragePool over H and W (POOL_MAX 1 or 0). Windows start at o * S - PT and step
 // by D; AveragePool divides by the positions inside [-PT, X_H + PB) x [-PL, X_W + PR) when
 // COUNT_PAD is 1, else by the positions inside the input.
+#include "common/elementwise.glsl"
 vec4 compute(int n, int g, int p, int oy, int ox) {
 #if POOL_MAX
-    vec4 acc = vec4(-3.402823e38);
+    vec4 acc = vec4(uintBitsToFloat(0xff800000u));  // -Inf
 #else
     vec4 acc = vec4(0.0);
     float cnt = 0.0;
@@ -18,7 +19,7 @@ vec4 compute(int n, int g, int p, int oy, int ox) {
             int ix = ox * SW - PL + kx * DW;
             bool inside = yin && ix >= 0 && ix < X_W;
 #if POOL_MAX
-            if (inside) acc = max(acc, X_plane(p, n, g, iy, ix));
+            if (inside) acc = ew_fmax(acc, X_plane(p, n, g, iy, ix));  // NaN-propagating
 #else
             if (inside) acc += X_plane(p, n, g, iy, ix);
 #if COUNT_PAD

@@ -540,8 +540,8 @@ def global_pool_back_edges(h: int, w: int) -> int:
 
 def _global_pool_defines(planes: int, is_max: bool) -> dict[str, object]:
     ps = range(planes)
-    init = "vec4(-3.402823e38)" if is_max else "vec4(0.0)"
-    add = (lambda p: f"row{p} = max(row{p}, texelFetch(X_{p}, c, 0));") if is_max else \
+    init = "vec4(uintBitsToFloat(0xff800000u))" if is_max else "vec4(0.0)"  # -Inf
+    add = (lambda p: f"row{p} = ew_fmax(row{p}, texelFetch(X_{p}, c, 0));") if is_max else \
         (lambda p: f"row{p} += texelFetch(X_{p}, c, 0);")
     return {
         "POOL_MAX": int(is_max), "GP_K": GP_K,
