@@ -145,11 +145,9 @@ def test_plumbing_folds_and_every_shape_is_static(shape):
 # Found by this test, not a shape problem: the compute paths' Pow gives NaN for a negative base with
 # an integer exponent (GLSL's pow(x, y) is undefined for x < 0), as in LayerNorm's Pow(x - mean, 2).
 # strict: the test fails as soon as Pow is fixed, so the marks are removed then.
-_POW_NAN = pytest.mark.xfail(strict=True, reason="compute Pow(negative, 2) gives NaN (binary.comp, elementwise)")
 
 
-@pytest.mark.parametrize("path", ["cpu", pytest.param("gles31", marks=_POW_NAN),
-                                  pytest.param("vulkan", marks=_POW_NAN), "gles3"])
+@pytest.mark.parametrize("path", ["cpu", "gles31", "vulkan", "gles3"])
 def test_svtr_like_matches_onnxruntime_with_batch(path):
     model = svtr_like()
     sess = gpubackend.Session(model, path=path)
