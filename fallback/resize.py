@@ -267,8 +267,8 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
         sc = [1.0] * r
         for i, a in enumerate(axes):
             sc[a] = float(scales[i])
-        if any(s <= 0 for s in sc):
-            raise fail(op, f"scales {scales} must be positive")
+        if any(not 0 < s < math.inf for s in sc):
+            raise fail(op, f"scales {scales} must be positive and finite")
         out = [int(math.floor(sc[i] * x.shape[i])) for i in range(r)]
     else:
         raise fail(op, "one of scales or sizes is required")

@@ -13,6 +13,7 @@ from .records import (
     AxisRecord,
     CastRecord,
     ConvRecord,
+    Decline,
     DepthSpaceRecord,
     GatherRecord,
     GemmRecord,
@@ -30,10 +31,11 @@ from .records import (
     TransposeRecord,
     activation,
     lower,
+    require,
     validate,
 )
 
-__all__ = ["Activation", "AxisRecord", "CastRecord", "ConvRecord", "DepthSpaceRecord", "GatherRecord", "GemmRecord",
-           "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record", "ReduceRecord",
-           "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord", "activation", "lower",
-           "validate"]
+__all__ = ["Activation", "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
+           "GemmRecord", "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record",
+           "ReduceRecord", "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord",
+           "activation", "lower", "require", "validate"]

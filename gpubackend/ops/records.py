@@ -598,8 +598,8 @@ def _resize(node: Node, graph: Graph) -> ResizeRecord | str:
     if scales is not None:
         if len(scales) != n_ax:
             raise _error(node, f"scales {list(scales)} must have {n_ax} values")
-        if any(not s > 0 for s in scales):
-            raise _error(node, f"scales {list(scales)} must be positive")
+        if any(not 0 < s < math.inf for s in scales):
+            raise _error(node, f"scales {list(scales)} must be positive and finite")
     full = list(range(len(xs))) if axes is None else list(axes)
     if scales is None and sizes is None:
         if ys is None:
@@ -897,6 +897,22 @@ def _memo_key(node: Node, graph: Graph) -> tuple:
     return (repr(node.attrs), node.op_type, graph.opset,
             tuple(_shape(graph, n) if n else None for n in names),
             tuple(id(graph.constants.get(n)) if n in graph.constants else 0 for n in node.inputs))
+
+
+class Decline(Exception):  # noqa: N818 - declining is control flow, not an error
+    """A path's kernel generator cannot run this node; the message is the reason. Every path's
+    generators raise this one type, and its planner-facing ``decline()`` turns it into the reason."""
+
+
+def require(node: Node, graph: Graph, kind: type[Record]) -> Record:
+    """The record of ``node`` as a ``kind``; raises :class:`Decline` when its semantics cannot be
+    resolved statically or the op has no such record."""
+    rec = lower(node, graph)
+    if isinstance(rec, str):
+        raise Decline(rec)
+    if not isinstance(rec, kind):
+        raise Decline(f"no {kind.__name__} for {node.op_type}")
+    return rec
 
 
 def lower(node: Node, graph: Graph) -> Record | str | None:

@@ -43,8 +43,7 @@ CONVT_CB = 2
 MAX_GROUPS = 65535
 
 
-class Decline(Exception):  # noqa: N818 - declining is control flow, not an error
-    """This node cannot run as a compute kernel; the message is the reason."""
+Decline = ops.Decline  # one decline type for every path (gpubackend.ops)
 
 
 @dataclass(frozen=True)
@@ -301,15 +300,6 @@ def _act(act: ops.Activation | None) -> tuple[int, float, float]:
     return ew.activation_params(act.spec)
 
 
-def _record(node: Node, graph: Graph, kind: type[ops.Record]):
-    """The op layer's record of ``node`` (declines when it cannot be resolved statically)."""
-    rec = ops.lower(node, graph)
-    if isinstance(rec, str):
-        raise Decline(rec)
-    if not isinstance(rec, kind):
-        raise Decline(f"no {kind.__name__} for {node.op_type}")
-    return rec
-
 
 def _bias(b: np.ndarray | None, co: int, co4p: int) -> np.ndarray:
     out = np.zeros(co4p * 4, np.float32)
@@ -356,7 +346,7 @@ def _conv_geometry(node: Node, graph: Graph, transpose: bool = False) -> dict:
         raise Decline(f"only 2-D {'transposed ' if transpose else ''}convolution (rank 4 NCHW) is supported")
     if len(node.inputs) < 2 or not node.inputs[1]:
         raise Decline("no weight")
-    rec = _record(node, graph, ops.ConvRecord)
+    rec = ops.require(node, graph, ops.ConvRecord)
     (kh, kw), (sh, sw), (dh, dw) = rec.kernel, rec.strides, rec.dilations
     (ih, iw), (oh, ow), (pt, pl) = rec.in_spatial, rec.out_spatial, rec.pads_begin
     return dict(n=xs[0], ih=ih, iw=iw, ci=rec.in_channels, oh=oh, ow=ow, co=rec.out_channels, kh=kh, kw=kw, sh=sh,
@@ -462,7 +452,7 @@ def _gemm(node: Node, graph: Graph, precision: str) -> list[Record]:
     shape = _float_tensor(graph, a)
     if len(shape) != 2:
         raise Decline("Gemm input must be rank 2")
-    rec = _record(node, graph, ops.GemmRecord)
+    rec = ops.require(node, graph, ops.GemmRecord)
     if rec.trans_a:
         raise Decline("transA=1 on a runtime A")
     trans_b = rec.trans_b
@@ -483,7 +473,7 @@ def _gemm(node: Node, graph: Graph, precision: str) -> list[Record]:
 def _matmul(node: Node, graph: Graph, precision: str) -> list[Record]:
     a, bname = node.inputs[0], node.inputs[1]
     sa, sb, sy = _float_tensor(graph, a), _float_tensor(graph, bname), _shape(graph, node.outputs[0])
-    act = _record(node, graph, ops.MatMulRecord).act
+    act = ops.require(node, graph, ops.MatMulRecord).act
     if len(sa) < 2 or len(sb) < 2 or len(sa) == 4 or len(sb) == 4:
         raise Decline("MatMul operands must be rank 2 or 3 (rank 4 tensors are channel-packed)")
     if bname in graph.constants and len(sb) == 2:
@@ -576,7 +566,7 @@ def _pool(node: Node, graph: Graph, precision: str) -> list[Record]:
     xs, ys = _float_tensor(graph, x), _shape(graph, y)
     if len(xs) != 4:
         raise Decline("only 2-D pooling (rank 4 NCHW)")
-    rec = _record(node, graph, ops.PoolRecord)
+    rec = ops.require(node, graph, ops.PoolRecord)
     (kh, kw), (sh, sw), (dh, dw) = rec.kernel, rec.strides, rec.dilations
     (pt, pl), (pb, pr) = rec.pads_begin, rec.pads_end
     (ih, iw), (oh, ow) = rec.in_spatial, rec.out_spatial
@@ -617,7 +607,7 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
         raise Decline("only 2-D resize (rank 4 NCHW)")
     if xs[:2] != ys[:2]:
         raise Decline("resize of the batch or channel axis")
-    rec = _record(node, graph, ops.ResizeRecord)
+    rec = ops.require(node, graph, ops.ResizeRecord)
     mode, coord, nearest = rec.mode, rec.coordinate_mode, rec.nearest_mode
     if mode not in ("nearest", "linear"):
         raise Decline(f"mode {mode!r} (nearest and linear are supported)")
@@ -643,7 +633,7 @@ def _concat(node: Node, graph: Graph, precision: str) -> list[Record]:
     y = node.outputs[0]
     ys = _shape(graph, y)
     r = len(ys)
-    axis = _record(node, graph, ops.AxisRecord).axis
+    axis = ops.require(node, graph, ops.AxisRecord).axis
     o4, pa = view4(ys)
     ax4 = axis + 4 - r
     d0, d1, d2, oc4, oc = mem_dims(ys)
@@ -681,7 +671,7 @@ def _softmax(node: Node, graph: Graph, precision: str) -> list[Record]:
     x = node.inputs[0]
     xs = _float_tensor(graph, x)
     r = len(xs)
-    axis = _record(node, graph, ops.AxisRecord).axis
+    axis = ops.require(node, graph, ops.AxisRecord).axis
     s4, pa = view4(xs)
     if axis + 4 - r != pa:
         packed = "channels" if r == 4 else "last"
@@ -701,7 +691,7 @@ def _pad(node: Node, graph: Graph, precision: str) -> list[Record]:
     xs, ys = _float_tensor(graph, x), _shape(graph, y)
     if len(xs) != 4:
         raise Decline("only rank 4 Pad")
-    rec = _record(node, graph, ops.PadRecord)
+    rec = ops.require(node, graph, ops.PadRecord)
     mode, p, value = rec.mode, list(rec.pads), rec.value
     if mode not in ("constant", "reflect", "edge"):
         raise Decline(f"Pad mode {mode!r}")
@@ -730,7 +720,7 @@ def _layout(node: Node, graph: Graph, precision: str) -> list[Record]:
     mode = 0
     if node.op_type == "Transpose":
         r = len(xs)
-        pr = list(_record(node, graph, ops.TransposeRecord).perm)
+        pr = list(ops.require(node, graph, ops.TransposeRecord).perm)
         if pr == list(range(r)):
             return [Alias(x, y, "layout", node.name)]
         lead = 4 - r

@@ -25,8 +25,7 @@ from .layout import Layout, LayoutError, dims4
 UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration
 
 
-class Decline(Exception):
-    """The node cannot run on gles2; the message says why."""
+Decline = ops.Decline  # one decline type for every path (gpubackend.ops)
 
 
 @dataclass(frozen=True)
@@ -223,15 +222,6 @@ class _Gen:
 
 # ---- generators ---------------------------------------------------------------------------
 
-def _record(node: Node, graph: Graph, kind: type):
-    """The op layer's record of ``node`` (declines when it cannot be resolved statically)."""
-    rec = ops.lower(node, graph)
-    if isinstance(rec, str):
-        raise Decline(rec)
-    if not isinstance(rec, kind):
-        raise Decline(f"no {kind.__name__} for {node.op_type}")
-    return rec
-
 
 def _spatial(gen: _Gen, x: str, y: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     xs, ys = gen.shape(x), gen.shape(y)
@@ -254,7 +244,7 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     if nd == 1:  # 1-D conv as 2-D with H = 1
         xs, ys, W = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), W[:, :, None, :]
     k = list(W.shape[2:])
-    rec = _record(node, graph, ops.ConvRecord)
+    rec = ops.require(node, graph, ops.ConvRecord)
     g.act = rec.act
     s, dl, p = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     if nd == 1:
@@ -338,7 +328,7 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     if len(xs) != 4:
         raise Decline("only 2-D ConvTranspose")
     W = graph.constants[wname].astype(np.float32) if wname in graph.constants else np.zeros(g.shape(wname), np.float32)
-    rec = _record(node, graph, ops.ConvRecord)
+    rec = ops.require(node, graph, ops.ConvRecord)
     g.act = rec.act
     group = rec.group
     cin, coutg, KH, KW = W.shape
@@ -398,7 +388,7 @@ def gen_gemm(node: Node, graph: Graph, cfg: Config) -> Kernel:
     c = node.inputs[2] if len(node.inputs) > 2 else ""
     g.check_float(a, b, node.outputs[0], *([c] if c else []))
     ys = g.shape(node.outputs[0])
-    rec = _record(node, graph, ops.GemmRecord)
+    rec = ops.require(node, graph, ops.GemmRecord)
     g.act = rec.act
     ta, tb, alpha, beta = rec.trans_a, rec.trans_b, rec.alpha, rec.beta
     K = g.shape(a)[0 if ta else 1]
@@ -419,7 +409,7 @@ def gen_matmul(node: Node, graph: Graph, cfg: Config) -> Kernel:
     a, b = node.inputs[0], node.inputs[1]
     g.check_float(a, b, node.outputs[0])
     sa, sb, ys = g.shape(a), g.shape(b), g.shape(node.outputs[0])
-    g.act = _record(node, graph, ops.MatMulRecord).act
+    g.act = ops.require(node, graph, ops.MatMulRecord).act
     if len(sa) < 2 or len(sb) < 2 or len(ys) > 4:
         raise Decline("MatMul with 1-D operands or more than 4 dimensions")
     K = sa[-1]
@@ -514,7 +504,7 @@ def gen_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = _spatial(g, x, node.outputs[0])
     if len(xs) != 4:
         raise Decline("only 2-D pooling")
-    rec = _record(node, graph, ops.PoolRecord)
+    rec = ops.require(node, graph, ops.PoolRecord)
     if tuple(ys[2:]) != rec.out_spatial:
         raise Decline(f"the graph's output shape {ys} does not match the pooling attributes' {rec.out_spatial}")
     k, s, dl, p = list(rec.kernel), list(rec.strides), list(rec.dilations), list(rec.pads_begin)
@@ -571,7 +561,7 @@ def gen_resize(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = g.shape(x), g.shape(node.outputs[0])
     if len(xs) != 4 or xs[:2] != ys[:2]:
         raise Decline("Resize only over the last two axes of a 4-D tensor")
-    rec = _record(node, graph, ops.ResizeRecord)
+    rec = ops.require(node, graph, ops.ResizeRecord)
     mode, ctm, nearest = rec.mode, rec.coordinate_mode, rec.nearest_mode
     if rec.antialias or rec.axes is not None or rec.keep_aspect_ratio_policy != "stretch":
         raise Decline("Resize antialias / axes / keep_aspect_ratio_policy not supported")
@@ -613,7 +603,7 @@ def gen_concat(node: Node, graph: Graph, cfg: Config) -> Kernel:
     ys = g.shape(node.outputs[0])
     if len(ys) > 4:
         raise Decline("Concat of more than 4 dimensions")
-    ax = _record(node, graph, ops.AxisRecord).axis + 4 - len(ys)
+    ax = ops.require(node, graph, ops.AxisRecord).axis + 4 - len(ys)
     coord = "nchw"[ax]
     lines = ["float compute(float n, float c, float h, float w) {"]
     off = 0
@@ -638,7 +628,7 @@ def gen_softmax(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs = g.shape(x)
     if len(xs) > 4:
         raise Decline("Softmax of more than 4 dimensions")
-    ax = _record(node, graph, ops.AxisRecord).axis
+    ax = ops.require(node, graph, ops.AxisRecord).axis
     if graph.opset < 13 and ax != len(xs) - 1:
         raise Decline("Softmax before opset 13 over a non-last axis")
     ax4 = ax + 4 - len(xs)
@@ -693,7 +683,7 @@ def gen_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     r = len(xs)
     if r > 4:
         raise Decline("Transpose of more than 4 dimensions")
-    perm = list(_record(node, graph, ops.TransposeRecord).perm)
+    perm = list(ops.require(node, graph, ops.TransposeRecord).perm)
     off = 4 - r
     out_coord = ["n", "c", "h", "w"][off:]
     src = ["0.0"] * off + [""] * r
@@ -711,7 +701,7 @@ def gen_pad(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = g.shape(x), g.shape(node.outputs[0])
     if len(xs) > 4:
         raise Decline("Pad of more than 4 dimensions")
-    rec = _record(node, graph, ops.PadRecord)
+    rec = ops.require(node, graph, ops.PadRecord)
     mode, pads, value = rec.mode, list(rec.pads), rec.value
     if mode not in ("constant", "edge", "reflect"):
         raise Decline(f"Pad mode {mode!r} not supported")
@@ -745,7 +735,7 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
     xs, ys = g.shape(x), g.shape(node.outputs[0])
     if len(xs) > 4:
         raise Decline("reduction of more than 4 dimensions")
-    rec = _record(node, graph, ops.ReduceRecord)
+    rec = ops.require(node, graph, ops.ReduceRecord)
     if rec.noop:
         raise Decline("noop_with_empty_axes")
     r = len(xs)
