@@ -131,19 +131,6 @@ def test_malformed_kernel_verdicts_are_dropped(tmp_cache: Path) -> None:
 
 # ---- the gles31 program-binary cache --------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def gles31():
-    from capability_probe.errors import DriverUnavailable
-
-    try:
-        from gpubackend.paths import gles31 as mod
-
-        mod.device_and_programs()
-    except DriverUnavailable as exc:
-        pytest.skip(f"no GL ES 3.1 context on this machine: {exc}")
-    return mod
-
-
 def test_program_binary_under_wrong_name_is_not_loaded(gles31, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from gpubackend.paths import compute_kernels as ck

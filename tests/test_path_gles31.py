@@ -16,19 +16,6 @@ from gpubackend.paths import compute_kernels as ck
 TOL = {"fp32": 1e-4, "fp16": 1e-2}
 
 
-@pytest.fixture(scope="module")
-def gles31():
-    from capability_probe.errors import DriverUnavailable
-
-    try:
-        from gpubackend.paths import gles31 as mod
-
-        mod.device_and_programs()
-    except DriverUnavailable as exc:
-        pytest.skip(f"no GL ES 3.1 context: {exc}")
-    return mod
-
-
 def _rand(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
