@@ -1,6 +1,6 @@
 """Max pooling keeps NaN and -Inf as NumPy and onnxruntime do (GLSL's max() may drop a NaN operand:
-a NaN pixel vanished from MaxPool/GlobalMaxPool on the compute paths, found by gpubackend.fuzz).
-gles2 is not covered yet: its generated pooling still uses max()."""
+a NaN pixel vanished from MaxPool/GlobalMaxPool on the compute paths, found by gpubackend.fuzz, and
+from gles2's generated pooling and ReduceMax/ReduceMin)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 import fallback
 import gpubackend
 
-PATHS = ["gles3", "gles31", "vulkan"]
+PATHS = ["gles2", "gles3", "gles31", "vulkan"]
 
 
 def _model(node) -> object:
@@ -38,6 +38,19 @@ def test_max_pooling_keeps_nan_and_inf(path: str, op: str) -> None:
     want = fallback.run_node(op, [x], attrs)[0]
     assert np.isnan(want).any() and np.isneginf(want).any() and np.isposinf(want).any()
     with gpubackend.Session(_model(node), path=path, fallback=False) as sess:
+        got = sess.run({"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_gles2_max_min_reductions_keep_nan(op: str) -> None:
+    node = helper.make_node(op, ["x"], ["y"], axes=[2, 3], keepdims=1)
+    x = _input()
+    x[0, 2, 3, 3] = -np.inf if op == "ReduceMax" else np.inf
+    want = fallback.run_node(op, [x], {"axes": [2, 3], "keepdims": 1})[0]
+    assert np.isnan(want).any()
+    with gpubackend.Session(_model(node), path="gles2", fallback=False) as sess:
         got = sess.run({"x": x})[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])

@@ -91,10 +91,13 @@ CASES = [
     Case("resize_nearest_asymmetric_sizes", "Resize",
          {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
          {"x": (1, 5, 3, 4)}, {"sizes": _i64(1, 5, 7, 9)}, order=("x", "", "", "sizes")),
-    # align_corners with an integral scale * length: with a fractional one (3 x 2.5) ONNX's reference
-    # (and fallback, and the compute paths) divide by 2.5 * 3 - 1, onnxruntime (and the GL paths) by 7 - 1
     Case("resize_linear_align_corners", "Resize", {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
          {"x": (2, 2, 3, 3)}, {"scales": _f32(1, 1, 2, 3)}, order=("x", "", "scales")),
+    # a fractional scale * length (3 x 2.5 = 7.5): ONNX's reference divides by 7.5 - 1, not 7 - 1
+    # (onnxruntime does the latter)
+    Case("resize_linear_align_corners_fractional", "Resize",
+         {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+         {"x": (1, 2, 3, 4)}, {"scales": _f32(1, 1, 2.5, 0.6)}, order=("x", "", "scales")),
     Case("upsample_nearest_x3_opset9", "Upsample", {"mode": "nearest"}, {"x": (1, 3, 2, 3)},
          {"scales": _f32(1, 1, 3, 3)}, opset=9),
     # axes

@@ -2,13 +2,16 @@
 // round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil. COORD_MODE 0 half_pixel,
 // 1 pytorch_half_pixel, 2 align_corners, 3 asymmetric, 4 tf_half_pixel_for_nn.
 // SCALE_Y / SCALE_X are the output/input scale factors (float literals).
+// ONNX measures the output length as scale * isz, not the rounded-down osz (scales 0.6 on 4:
+// align_corners divides by 2.4 - 1).
 float src_coord(int o, float scale, int isz, int osz) {
+    float out_len = scale * float(isz);
 #if COORD_MODE == 0
     return (float(o) + 0.5) / scale - 0.5;
 #elif COORD_MODE == 1
-    return osz > 1 ? (float(o) + 0.5) / scale - 0.5 : 0.0;
+    return out_len == 1.0 ? -0.5 : (float(o) + 0.5) / scale - 0.5;
 #elif COORD_MODE == 2
-    return osz == 1 ? 0.0 : float(o) * float(isz - 1) / float(osz - 1);
+    return out_len == 1.0 ? 0.0 : float(o) * float(isz - 1) / (out_len - 1.0);
 #elif COORD_MODE == 3
     return float(o) / scale;
 #else

@@ -436,6 +436,13 @@ def activation_function(act: tuple[str, dict] | None) -> str:
     return f"{helpers}\nfloat activate(float x) {{ return {expr}; }}"
 
 
+def nan_keeping(op_type: str, acc: str, v: str) -> tuple[str, str]:
+    """``acc = op(acc, v)`` for ``op_type`` Max or Min as the table renders it (a NaN operand wins,
+    as in NumPy; GLSL's max()/min() may drop it), and the helper functions it needs."""
+    expr, helpers = ew.render_scalar(ew.binary_op(op_type), {"a": acc, "b": v})
+    return f"{acc} = {expr};", helpers
+
+
 _NARY = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}  # folded pairwise; Mean divides after
 
 
@@ -485,11 +492,11 @@ def gen_global_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
     ld = g.load(x)
     avg = node.op_type == "GlobalAveragePool"
     init = "0.0" if avg else "-g2_inf()"
-    acc = "acc += v;" if avg else "acc = max(acc, v);"
+    acc, helpers = ("acc += v;", "") if avg else nan_keeping("Max", "acc", "v")
     code, inner = unrolled(W, lambda j: f"float v = {ld}(n, c, y, {j}); {acc}")
     if avg:  # each row summed on its own first, so long rows lose less to rounding
         code = "float racc = 0.0; " + code.replace("acc += v;", "racc += v;") + " acc += racc;"
-    lines = ["float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
+    lines = [helpers, "float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
              f"    for (int i = 0; i < {H}; i++) {{ float y = float(i); {code} }}",
              f"    return acc{' / ' + lit(H * W) if avg else ''};", "}"]
     return g.finish("globalpool", "\n".join(lines), g.shape(node.outputs[0]), loops=H * (inner + 1) + 1)
@@ -514,14 +521,15 @@ def gen_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
         raise Decline("count_include_pad with ceil_mode or auto_pad not supported")
     pads_full = list(rec.pads)
     ld = g.load(x)
-    lines = ["float compute(float n, float c, float h, float w) {",
+    take_max, helpers = nan_keeping("Max", "acc", "v")
+    lines = [helpers, "float compute(float n, float c, float h, float w) {",
              f"    float acc = {'0.0' if avg else '-g2_inf()'}; float cnt = 0.0;"]
     for kh in range(k[0]):
         for kw in range(k[1]):
             ih = f"(h * {lit(s[0])} + {lit(kh * dl[0] - p[0])})"
             iw = f"(w * {lit(s[1])} + {lit(kw * dl[1] - p[1])})"
             cond = f"{ih} >= 0.0 && {ih} < {lit(xs[2])} && {iw} >= 0.0 && {iw} < {lit(xs[3])}"
-            upd = f"acc += {ld}(n, c, {ih}, {iw}); cnt += 1.0;" if avg else f"acc = max(acc, {ld}(n, c, {ih}, {iw}));"
+            upd = f"float v = {ld}(n, c, {ih}, {iw}); " + ("acc += v; cnt += 1.0;" if avg else take_max)
             lines.append(f"    if ({cond}) {{ {upd} }}")
     if include_pad:
         # the window clipped to the padded input (pads counted, the ceil_mode overhang not)
@@ -534,12 +542,15 @@ def gen_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:
 
 
 def _coord_in(mode: str, out_c: str, scale: float, in_len: int, out_len: int, roi: tuple[float, float]) -> str:
+    # ONNX measures the output length as scale * in_len, not the rounded-down out_len: with a
+    # non-integer product (scales 0.6 on 4 -> 2.4) align_corners divides by 1.4, not by 1
+    out_w = scale * in_len
     if mode == "half_pixel":
         return f"(({out_c} + 0.5) / {lit(scale)} - 0.5)"
     if mode == "pytorch_half_pixel":
-        return f"({lit(out_len)} > 1.0 ? ({out_c} + 0.5) / {lit(scale)} - 0.5 : 0.0)"
+        return "-0.5" if out_w == 1 else f"(({out_c} + 0.5) / {lit(scale)} - 0.5)"
     if mode == "align_corners":
-        return "0.0" if out_len == 1 else f"({out_c} * {lit((in_len - 1) / (out_len - 1))})"
+        return "0.0" if out_w == 1 else f"({out_c} * {lit((in_len - 1) / (out_w - 1))})"
     if mode == "asymmetric":
         return f"({out_c} / {lit(scale)})"
     if mode == "half_pixel_symmetric":
@@ -755,13 +766,14 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
             src[d] = v
     op = node.op_type
     init = {"ReduceMax": "-g2_inf()", "ReduceMin": "g2_inf()", "ReduceProd": "1.0"}.get(op, "0.0")
-    upd = {"ReduceMax": "acc = max(acc, v);", "ReduceMin": "acc = min(acc, v);", "ReduceProd": "acc *= v;",
+    nan_upd, helpers = nan_keeping("Min" if op == "ReduceMin" else "Max", "acc", "v")
+    upd = {"ReduceMax": nan_upd, "ReduceMin": nan_upd, "ReduceProd": "acc *= v;",
            "ReduceSumSquare": "acc += v * v;", "ReduceL2": "acc += v * v;", "ReduceL1": "acc += abs(v);",
            "ReduceLogSumExp": "acc += exp(v);"}.get(op, "acc += v;")
     fin = {"ReduceMean": f"acc / {lit(math.prod(x4[a] for a in axes))}", "ReduceL2": "sqrt(acc)",
            "ReduceLogSumExp": "log(acc)", "ReduceLogSum": "log(acc)"}.get(op, "acc")
     ld = g.load(x)
-    lines = ["float compute(float n, float c, float h, float w) {", f"    float acc = {init};"]
+    lines = [helpers, "float compute(float n, float c, float h, float w) {", f"    float acc = {init};"]
     args = []
     for d in range(4):
         args.append(f"float(j{d})" if d in axes else src[d])
