@@ -1,14 +1,22 @@
-"""CPU path (``fallback``) vs onnxruntime, measured interleaved in one process.
+"""The CPU path's two engines against onnxruntime alone, interleaved in one process.
 
-    python benchmarks/bench_cpu.py [--runs 30] [--models selfie,mobilenet,unet] [--ops]
+    python benchmarks/bench_cpu.py [--models selfie,mobilenet,unet,yolov8n_nudenet,...] [--blocks 5]
+                                   [--runs 5] [--ops]
 
-Prints per model the p50 of both runtimes and their ratio; with ``--ops`` also the mean seconds per
-op type (depthwise and 1x1 / 3x3 convolutions split out) from a profiled run of the CPU segment.
+Prints the table ``model | onnxruntime ms | cpu:onnxruntime | cpu:numpy``: onnxruntime's p50 (2
+threads, no spinning) and each engine's p50 as a ratio to it, plus the NumPy engine's error against
+onnxruntime. Runners are timed in rounds (a settle run, then ``--runs`` timed runs each, in turn) so
+drift on a busy machine hits all alike. Models: ``selfie`` (gpubackend/models), ``mobilenet`` and
+``unet`` (the test models of tests/models.py), and any zoo model name (fetched already, see
+``gpubackend zoo fetch``); the default is the three plus three zoo models. With ``--ops`` it also
+prints the NumPy engine's mean milliseconds per op type from profiled runs (depthwise and per-kernel
+convolutions split out). Run it on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -25,23 +33,30 @@ sys.path.insert(0, str(ROOT / "tests"))
 import gpubackend  # noqa: E402
 from gpubackend.paths.base import RunStats  # noqa: E402
 
+DEFAULT_MODELS = "selfie,mobilenet,unet,yolov8n_nudenet,mobilenetv3_orientation,ppocr_v4_det"
 
-def _models(names: list[str]) -> dict[str, onnx.ModelProto]:
-    import models as test_models
 
-    out = {}
-    for name in names:
+def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model and a realistic (zoo) or seeded random (test models) feed."""
+    if name in ("selfie", "mobilenet", "unet"):
         if name == "selfie":
             from gpubackend.models import SELFIE_SEGMENTATION
 
-            out[name] = onnx.load(str(SELFIE_SEGMENTATION))
-        elif name == "mobilenet":
-            out[name] = test_models.mobilenet_v2_like()
-        elif name == "unet":
-            out[name] = test_models.unet_like()
+            model = onnx.load(str(SELFIE_SEGMENTATION))
         else:
-            raise SystemExit(f"unknown model {name}")
-    return out
+            import models as test_models
+
+            model = test_models.mobilenet_v2_like() if name == "mobilenet" else test_models.unet_like()
+        feeds = {i.name: np.random.default_rng(0).random(
+            [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in model.graph.input}
+        return model, feeds
+    from gpubackend import zoo
+    from gpubackend.zoo.inputs import make_input
+
+    if name not in zoo.BY_NAME:
+        raise SystemExit(f"unknown model {name}: selfie, mobilenet, unet or one of {', '.join(zoo.BY_NAME)}")
+    return onnx.load(str(zoo.fetch(name))), make_input(zoo.BY_NAME[name], small=False)
 
 
 def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -51,59 +66,77 @@ def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _op_key(node, graph_consts) -> str:
+def _op_key(node, consts) -> str:
     if node.op_type != "Conv":
         return node.op_type
-    w = graph_consts.get(node.inputs[1])
+    w = consts.get(node.inputs[1])
     if w is None:
         return "Conv"
-    group = int(node.attrs.get("group", 1))
-    if group > 1 and w.shape[1] == 1:
+    if int(node.attrs.get("group", 1)) > 1 and w.shape[1] == 1:
         return "Conv dw"
     return f"Conv {'x'.join(str(k) for k in w.shape[2:])}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--models", default="selfie,mobilenet,unet")
-    ap.add_argument("--ops", action="store_true")
-    args = ap.parse_args()
-    for name, model in _models(args.models.split(",")).items():
-        feeds = {i.name: np.random.default_rng(0).random(
-            [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-            for i in model.graph.input}
-        sess = gpubackend.Session(model, path="cpu")
-        ref = _ort(model)
-        for _ in range(3):
-            sess.run(feeds)
-            ref.run(None, feeds)
-        t_ours, t_ort = [], []
-        for _ in range(args.runs):
-            t0 = time.perf_counter()
-            ref.run(None, feeds)
-            t1 = time.perf_counter()
-            sess.run(feeds)
-            t2 = time.perf_counter()
-            t_ort.append(t1 - t0)
-            t_ours.append(t2 - t1)
-        a, b = np.median(t_ours) * 1e3, np.median(t_ort) * 1e3
-        print(f"{name:10s} cpu p50 {a:7.2f} ms  ort p50 {b:7.2f} ms  ratio {a / b:5.2f}x")
-        if args.ops:
-            seg = sess._current.segments[0]
-            consts = seg._constants
-            per = defaultdict(float)
-            counts = defaultdict(int)
-            reps = max(5, args.runs // 3)
-            for _ in range(reps):
-                st = RunStats(profile=True)
-                seg.run(feeds, st)
-                for node in seg.nodes:
-                    per[_op_key(node, consts)] += st.node_seconds.get(node.name, 0.0) / reps
+def _error(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(g.astype(np.float64) - r))) / max(1.0, float(np.max(np.abs(r))))
+               for g, r in zip(got, ref) if r.size)
+
+
+def _op_profile(sess: gpubackend.Session, feeds: dict[str, np.ndarray], reps: int) -> None:
+    per: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for seg in sess._current.segments:
+        consts = sess._current.graph.constants
+        seg_feeds = {n: feeds[n] for n in seg.inputs if n in feeds}
+        if len(seg_feeds) != len(seg.inputs):
+            continue  # a segment fed by another: profile only the whole-model one
+        for node in seg.nodes:
+            counts[_op_key(node, consts)] += 1
+        for _ in range(reps):
+            st = RunStats(profile=True)
+            seg.run(seg_feeds, st)
             for node in seg.nodes:
-                counts[_op_key(node, consts)] += 1
-            for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
-                print(f"    {k:22s} n={counts[k]:3d} {v * 1e3:7.2f} ms")
+                per[_op_key(node, consts)] += st.node_seconds.get(node.name, 0.0) / reps
+    total = sum(per.values())
+    for key, secs in sorted(per.items(), key=lambda kv: -kv[1]):
+        print(f"    {key:22s} n={counts[key]:3d} {secs * 1e3:8.2f} ms  {100 * secs / total:5.1f}%")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--blocks", type=int, default=5, help="interleaved rounds")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per runner and round")
+    ap.add_argument("--engines", default="onnxruntime,numpy")
+    ap.add_argument("--ops", action="store_true", help="per-op-type profile of the NumPy engine")
+    args = ap.parse_args()
+    engines = args.engines.split(",")
+    print(f"| model | onnxruntime ms | {' | '.join('cpu:' + e for e in engines)} | numpy error |")
+    print(f"|---|---|{'---|' * len(engines)}---|")
+    for name in args.models.split(","):
+        model, feeds = _model(name)
+        ref_sess = _ort(model)
+        ref = ref_sess.run(None, feeds)
+        runners = {"ort": lambda: ref_sess.run(None, feeds)}
+        sessions = {}
+        for engine in engines:
+            sessions[engine] = gpubackend.Session(model, path="cpu", cpu_engine=engine)
+            runners["cpu:" + engine] = (lambda s: lambda: s.run(feeds))(sessions[engine])
+        err = _error(sessions["numpy"].run(feeds), ref) if "numpy" in sessions else float("nan")
+        times: dict[str, list[float]] = {k: [] for k in runners}
+        for _ in range(args.blocks):
+            for key, fn in runners.items():
+                fn()  # settle
+                for _ in range(args.runs):
+                    t0 = time.perf_counter()
+                    fn()
+                    times[key].append(time.perf_counter() - t0)
+        base = statistics.median(times["ort"])
+        p50 = {e: statistics.median(times["cpu:" + e]) for e in engines}
+        cells = [f"{p50[e] * 1e3:.2f} ms ({p50[e] / base:.2f}x)" for e in engines]
+        print(f"| {name} | {base * 1e3:.2f} | {' | '.join(cells)} | {err:.1e} |", flush=True)
+        if args.ops and "numpy" in sessions:
+            _op_profile(sessions["numpy"], feeds, max(3, args.runs))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Outputs may be views of (or the very objects given as) inputs, e.g. for Identity
 Transpose: a caller must not modify an output in place unless it owns the buffer.
 
 Importing the package changes no process-wide setting. ``blas_threads(n)`` scopes NumPy's BLAS thread
-count to a block (the CPU path wraps each run in it), and ``tune_malloc()`` is an opt-in allocator
+count to a block and ``kernel_threads(n)`` the threads the heavy kernels split their work over (the
+CPU path wraps each run in both), and ``tune_malloc()`` is an opt-in allocator
 setting for applications that own their process (see ``fallback._runtime``).
 """
 
@@ -25,11 +26,11 @@ import numpy as np
 
 from . import conv, elementwise, linalg, norm, pool, quant, resize, tensor  # noqa: F401  (registers kernels)
 from ._registry import DOMAIN_KERNELS, KERNELS, FallbackError
-from ._runtime import blas_threads, get_blas_threads, tune_malloc
+from ._runtime import blas_threads, get_blas_threads, kernel_threads, tune_malloc
 from .elementwise import apply_activation
 
 __all__ = ["KERNELS", "KERNEL_ERRORS", "FallbackError", "apply_activation", "blas_threads", "get_blas_threads",
-           "kernel_for", "run_node", "supported_ops", "tune_malloc"]
+           "kernel_for", "kernel_threads", "run_node", "supported_ops", "tune_malloc"]
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 

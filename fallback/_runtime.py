@@ -1,9 +1,18 @@
-"""Opt-in process-level knobs that decide how fast the NumPy kernels run: BLAS threads and malloc.
+"""What decides how fast the NumPy kernels run: kernel threads, BLAS threads and malloc.
 
 Nothing here runs at import: importing ``fallback`` (or ``gpubackend``) changes no process-wide
 setting. The CPU path scopes its BLAS thread count to each run with :func:`blas_threads`
 (threadpoolctl restores the previous count afterwards), and :func:`tune_malloc` changes glibc's
 allocator only when called (by the user, or by the ``gpubackend`` commands that own their process).
+
+Kernel threads: within :func:`kernel_threads` (the CPU path's numpy engine wraps each run in it,
+with one thread per usable core by default) the heavy kernels split their work into contiguous
+independent parts (output channels, column bands) run by :func:`parallel` on a small thread pool;
+NumPy releases the GIL inside BLAS calls and ufunc loops, so the parts run on separate cores. The
+parts compute each output element with the same operations as one thread (GEMMs split by rows or
+columns of the output, not along their depth), so results agree within BLAS's rounding, in practice
+bit for bit. Outside that scope (the reference kernels as tests call them) everything runs on the
+calling thread. The pool is made on first use, never at import.
 
 Why one BLAS thread is the CPU path's default inside a run: on a small shared machine a
 multi-threaded OpenBLAS can be many times slower than one thread, its threads spinning while they
@@ -15,10 +24,15 @@ MobileNetV2-style model took 928 ms with NumPy's default 2 BLAS threads and 56 m
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
+import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import numpy as np
 
 _controller = None
 _controller_lock = threading.Lock()
@@ -57,6 +71,92 @@ def blas_threads(n: int | None) -> Iterator[None]:
         return
     with ctl.limit(limits=int(n), user_api="blas"):
         yield
+
+
+_kernel_threads: contextvars.ContextVar[int] = contextvars.ContextVar("fallback_kernel_threads", default=1)
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+# a part smaller than this many element operations is not worth a hand-off to another thread (tens
+# of microseconds of wake-up and join)
+MIN_PART_WORK = 1 << 16
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def kernel_threads(n: int | None) -> Iterator[None]:
+    """Within the block (in this thread or task) kernels split large work over ``n`` threads
+    (None or 0: one per usable core); the previous count is restored on exit."""
+    token = _kernel_threads.set(max(1, int(n)) if n else usable_cores())
+    try:
+        yield
+    finally:
+        _kernel_threads.reset(token)
+
+
+def current_threads() -> int:
+    """The kernel thread count in force here (1 outside :func:`kernel_threads`)."""
+    return _kernel_threads.get()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    with _pool_lock:
+        # a forked child inherits the pool object but not its threads: it makes its own
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=max(2, usable_cores()), thread_name_prefix="fallback-kernel")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _run_part(fn: Callable[[int, int], object], start: int, stop: int) -> None:
+    _kernel_threads.set(1)  # a part never splits again: the pool's threads never wait on the pool
+    fn(start, stop)
+
+
+def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> None:
+    """``fn(start, stop)`` over ``range(count)`` cut into contiguous parts, one per kernel thread,
+    the first on the calling thread. ``work``: element operations of the whole call; parts of
+    fewer than ``MIN_PART_WORK`` are merged (a small call runs as ``fn(0, count)``). The parts run
+    in copies of the caller's context (its ``np.errstate``), must write disjoint outputs and use
+    their own scratch buffers. The first exception of any part is raised after all parts end."""
+    parts = min(_kernel_threads.get(), count, max(1, work // MIN_PART_WORK))
+    if parts <= 1:
+        fn(0, count)
+        return
+    bounds = [count * i // parts for i in range(parts + 1)]
+    pool = _executor()
+    futures = [pool.submit(contextvars.copy_context().run, _run_part, fn, bounds[i], bounds[i + 1])
+               for i in range(1, parts)]
+    try:
+        fn(bounds[0], bounds[1])
+    finally:
+        wait(futures)
+    for f in futures:
+        f.result()
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` for a (..., M, K) @ (..., K, N) GEMM, split over the kernel
+    threads along N (or along M when M is the larger), each part one BLAS call per matrix."""
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                       dtype=np.result_type(a, b))
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    work = out.size * k
+    if n >= m:
+        parallel(lambda i, j: np.matmul(a, b[..., i:j], out=out[..., i:j]), n, work)
+    else:
+        parallel(lambda i, j: np.matmul(a[..., i:j, :], b, out=out[..., i:j, :]), m, work)
+    return out
 
 
 # glibc mallopt parameters

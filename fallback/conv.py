@@ -28,6 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import fail, half_via_float32, iattr, need, opt, register
+from ._runtime import current_threads, matmul, parallel
 from ._spatial import drop_columns, geometry, pad_spatial, phase_planes, tap_slices, transpose_geometry
 from .elementwise import apply_activation
 
@@ -39,23 +40,30 @@ def _float_like(op: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return w
 
 
-def _add_bias(y: np.ndarray, b: np.ndarray | None, m: int, op: str) -> None:
-    if b is None:
-        return
-    if b.size != m:
-        raise fail(op, f"bias has {b.size} elements, expected {m} (one per output channel)")
-    y += b.reshape((1, m) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+def _epilogue(y: np.ndarray, b: np.ndarray | None, m: int, op: str, act: tuple | None) -> np.ndarray:
+    """``act(y + bias)``, contiguous, in one pass per channel block while it is in cache, split over
+    the kernel threads by output channel. ``y`` (N, M, spatial...) is written in place when it is
+    contiguous; the phase-plane paths hand in a view with their padding columns still in place, and
+    the result is then a new array."""
+    if b is not None:
+        if b.size != m:
+            raise fail(op, f"bias has {b.size} elements, expected {m} (one per output channel)")
+        b = b.reshape((1, m) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+    in_place = y.flags.c_contiguous
+    if in_place and b is None and act is None:
+        return y
+    res = y if in_place else np.empty(y.shape, dtype=y.dtype)
 
+    def part(c0: int, c1: int) -> None:
+        src, dst = y[:, c0:c1], res[:, c0:c1]
+        if b is not None:
+            np.add(src, b[:, c0:c1], out=dst)
+        elif not in_place:
+            np.copyto(dst, src)
+        apply_activation(dst, act)
 
-def _add_bias_copy(y: np.ndarray, b: np.ndarray | None, m: int, op: str) -> np.ndarray:
-    """Contiguous ``y + b`` (or copy of ``y``) from a strided view, in one pass."""
-    res = np.empty(y.shape, dtype=y.dtype)
-    if b is None:
-        np.copyto(res, y)
-        return res
-    if b.size != m:
-        raise fail(op, f"bias has {b.size} elements, expected {m} (one per output channel)")
-    return np.add(y, b.reshape((1, m) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False), out=res)
+    parallel(part, m, y.size)
+    return res
 
 
 def _depthwise(xp: np.ndarray, w: np.ndarray, mult: int, out: list[int], strides: list[int],
@@ -98,35 +106,44 @@ def _depthwise2d(x: np.ndarray, w: np.ndarray, mult: int, pb: list[int], out: li
     if length <= _DW_GEMM_MAX_PIXELS:
         # gather the taps of a cache-sized block of channels; one batched BLAS call does the sums
         y = np.empty((n, m, 1, length), dtype=x.dtype)
-        cb = max(1, _COLS_BYTES // (n * ktaps * length * x.itemsize))
-        cols = np.empty((n, min(cb, m), ktaps, length), dtype=x.dtype)
+        cb = max(1, min(_COLS_BYTES // (n * ktaps * length * x.itemsize), -(-m // current_threads())))
         grids, perm = _tap_grids(tuple(offsets), tuple(kernel))
         wb = np.ascontiguousarray(wv[:, perm]).reshape(m, 1, ktaps)
         flat = np.ascontiguousarray(flat)
         sb, plane, isz = flat.shape[1], flat.shape[-1], flat.itemsize
-        for c0 in range(0, m, cb):
-            c1 = min(m, c0 + cb)
-            cc = cols[:, :c1 - c0]
-            for ai, bi, o, nr, nc, rs, cs, t0 in grids:
-                # the taps of one phase plane are a (rows x cols) grid of offsets: one copy of a
-                # strided window view (over the contiguous ``flat``) gathers them all
-                view = np.ndarray((n, c1 - c0, nr, nc, length), dtype=flat.dtype, buffer=flat,
-                                  offset=(((ai * sb + bi) * n * m + c0) * plane + o) * isz,
-                                  strides=(m * plane * isz, plane * isz, rs * isz, cs * isz, isz))
-                cc[:, :, t0:t0 + nr * nc].reshape(n, c1 - c0, nr, nc, length)[...] = view
-            np.matmul(wb[c0:c1], cc, out=y[:, c0:c1])
+
+        def blocks(b0: int, b1: int) -> None:
+            cols = np.empty((n, min(cb, m), ktaps, length), dtype=x.dtype)
+            for c0 in range(b0 * cb, min(m, b1 * cb), cb):
+                c1 = min(m, c0 + cb)
+                cc = cols[:, :c1 - c0]
+                for ai, bi, o, nr, nc, rs, cs, t0 in grids:
+                    # the taps of one phase plane are a (rows x cols) grid of offsets: one copy of a
+                    # strided window view (over the contiguous ``flat``) gathers them all
+                    view = np.ndarray((n, c1 - c0, nr, nc, length), dtype=flat.dtype, buffer=flat,
+                                      offset=(((ai * sb + bi) * n * m + c0) * plane + o) * isz,
+                                      strides=(m * plane * isz, plane * isz, rs * isz, cs * isz, isz))
+                    cc[:, :, t0:t0 + nr * nc].reshape(n, c1 - c0, nr, nc, length)[...] = view
+                np.matmul(wb[c0:c1], cc, out=y[:, c0:c1])
+
+        parallel(blocks, -(-m // cb), 2 * n * m * ktaps * length)
         return drop_columns(y.reshape(n, m, length), out, wq, copy=False)
-    # large planes: two ufunc passes per tap over the whole batch of planes
+    # large planes: two ufunc passes per tap over each channel block's planes
     y = np.empty((n, m, length), dtype=x.dtype)
-    tmp = np.empty_like(y)
-    for t, (ai, bi, o) in enumerate(offsets):
-        src = flat[ai, bi, :, :, o:o + length]
-        wt = wv[:, t].reshape(m, 1)
-        if t == 0:
-            np.multiply(src, wt, out=y)
-        else:
-            np.multiply(src, wt, out=tmp)
-            y += tmp
+
+    def channels(c0: int, c1: int) -> None:
+        yc = y[:, c0:c1]
+        tmp = np.empty_like(yc)
+        for t, (ai, bi, o) in enumerate(offsets):
+            src = flat[ai, bi, :, c0:c1, o:o + length]
+            wt = wv[c0:c1, t].reshape(c1 - c0, 1)
+            if t == 0:
+                np.multiply(src, wt, out=yc)
+            else:
+                np.multiply(src, wt, out=tmp)
+                yc += tmp
+
+    parallel(channels, m, 2 * n * m * ktaps * length)
     return drop_columns(y, out, wq, copy=False)
 
 
@@ -197,16 +214,22 @@ def _conv_im2col(xp: np.ndarray, wg: np.ndarray, group: int, kernel: list[int], 
     rest = math.prod(out[1:])
     row_bytes = c * ksize * rest * xp.itemsize
     if n * out[0] * row_bytes <= _COLS_BYTES:
-        return np.matmul(wg, _im2col(xp, group, kernel, out, strides, dil))
+        return matmul(wg, _im2col(xp, group, kernel, out, strides, dil))
     y = np.empty((n, group, wg.shape[1], out[0] * rest), dtype=xp.dtype)
-    rows = max(1, _COLS_BYTES // row_bytes)
+    rows = max(1, min(_COLS_BYTES // row_bytes, -(-n * out[0] // current_threads())))
+    nbands = -(-out[0] // rows)
     dk0 = (kernel[0] - 1) * dil[0] + 1
-    for b in range(n):
-        for r0 in range(0, out[0], rows):
+
+    def bands(k0: int, k1: int) -> None:
+        for k in range(k0, k1):
+            b, r0 = divmod(k, nbands)
+            r0 *= rows
             r1 = min(out[0], r0 + rows)
             band = xp[b:b + 1, :, r0 * strides[0]:(r1 - 1) * strides[0] + dk0]
             cols = _im2col(band, group, kernel, [r1 - r0, *out[1:]], strides, dil)
             np.matmul(wg, cols, out=y[b:b + 1, :, :, r0 * rest:r1 * rest])
+
+    parallel(bands, n * nbands, y.size * wg.shape[-1])
     return y
 
 
@@ -231,10 +254,14 @@ def _conv_shifted(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int], s
     length = out[0] * wq
     wt = np.ascontiguousarray(w.reshape(m, c, -1).transpose(2, 0, 1))
     y = np.empty((n, m, length), dtype=x.dtype)
-    band = max(64, _SHIFT_BAND_BYTES // ((c + 2 * m) * x.itemsize))
-    tmp = np.empty((m, min(band, length)), dtype=x.dtype)
-    for b in range(n):
-        for l0 in range(0, length, band):
+    band = max(64, min(_SHIFT_BAND_BYTES // ((c + 2 * m) * x.itemsize), -(-n * length // current_threads())))
+    nbands = -(-length // band)
+
+    def bands(k0: int, k1: int) -> None:
+        tmp = np.empty((m, min(band, length)), dtype=x.dtype)
+        for k in range(k0, k1):
+            b, l0 = divmod(k, nbands)
+            l0 *= band
             l1 = min(length, l0 + band)
             yb = y[b, :, l0:l1]
             tb = tmp[:, :l1 - l0]
@@ -245,6 +272,8 @@ def _conv_shifted(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int], s
                 else:
                     np.matmul(wt[t], src, out=tb)
                     yb += tb
+
+    parallel(bands, n * nbands, n * m * c * len(offsets) * length)
     return drop_columns(y, out, wq, copy=False)
 
 
@@ -264,11 +293,15 @@ def _conv_phase_cols(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int]
     wg = np.ascontiguousarray(w.reshape(m, c, ktaps)[:, :, perm]).reshape(m, c * ktaps)
     y = np.empty((n, m, length), dtype=x.dtype)
     isz = flat.itemsize
-    band = max(wq, _COLS_BYTES // (c * ktaps * isz))
-    cols = np.empty((c, ktaps, min(band, length)), dtype=x.dtype)
+    band = max(wq, min(_COLS_BYTES // (c * ktaps * isz), -(-n * length // current_threads())))
+    nbands = -(-length // band)
     sb, plane = flat.shape[1], flat.shape[-1]
-    for b in range(n):
-        for l0 in range(0, length, band):
+
+    def bands(k0: int, k1: int) -> None:
+        cols = np.empty((c, ktaps, min(band, length)), dtype=x.dtype)
+        for k in range(k0, k1):
+            b, l0 = divmod(k, nbands)
+            l0 *= band
             lb = min(length, l0 + band) - l0
             cc = cols[:, :, :lb]
             for ai, bi, o, nr, nc, rs, cs, t0 in grids:
@@ -277,6 +310,8 @@ def _conv_phase_cols(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int]
                                   strides=(plane * isz, rs * isz, cs * isz, isz))
                 cc[:, t0:t0 + nr * nc].reshape(c, nr, nc, lb)[...] = view
             np.matmul(wg, cc.reshape(c * ktaps, lb), out=y[b, :, l0:l0 + lb])
+
+    parallel(bands, n * nbands, n * m * c * ktaps * length)
     return drop_columns(y, out, wq, copy=False)
 
 
@@ -313,8 +348,7 @@ def k_conv(inputs: list, attrs: dict, opset: int) -> list:
         if any(s != 1 for s in g.strides):
             xs = x[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s)
                                                         for o, s in zip(g.out, g.strides))]
-        cols = xs.reshape(n, group, cg, -1)
-        y = np.matmul(w.reshape(group, mg, cg), cols)
+        y = matmul(w.reshape(group, mg, cg), xs.reshape(n, group, cg, -1))
     elif group == 1 and nsp == 2 and c >= _SHIFT_MIN_CHANNELS:
         y = _conv_shifted(x, w, g.pad_begin, g.out, g.strides, g.dilations)
     elif group == 1 and nsp == 2:
@@ -322,14 +356,7 @@ def k_conv(inputs: list, attrs: dict, opset: int) -> list:
     else:
         xp = pad_spatial(x, g.pad_begin, g.pad_end)
         y = _conv_im2col(xp, w.reshape(group, mg, -1), group, kernel, g.out, g.strides, g.dilations)
-    y = y.reshape(n, m, *g.out)
-    if y.flags.c_contiguous:
-        _add_bias(y, b, m, op)
-    else:
-        # the phase-plane paths return their output with the padding columns still in place: the
-        # bias add (or a plain copy) writes the contiguous result in the same pass
-        y = _add_bias_copy(y, b, m, op)
-    return [apply_activation(y, attrs.get("_act"))]
+    return [_epilogue(y.reshape(n, m, *g.out), b, m, op, attrs.get("_act"))]
 
 
 @register("ConvTranspose")
@@ -381,7 +408,6 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
         y = buf[(slice(None), slice(None)) + tuple(slice(s, s + u) for s, u in zip(start, out))]
         if y.shape != buf.shape:
             y = np.ascontiguousarray(y)
-    _add_bias(y, b, m, op)
-    return [apply_activation(y, attrs.get("_act"))]
+    return [_epilogue(y, b, m, op, attrs.get("_act"))]
 
 

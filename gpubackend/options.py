@@ -100,7 +100,7 @@ class SessionOptions:
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
     ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
-    the numpy engine's BLAS threads when ``blas_threads`` is unset; 0 = default),
+    the threads the numpy engine's kernels split their work over; 0 = default, one per core),
     ``inter_op_num_threads``, ``execution_mode`` (ignored: nodes run in order),
     ``graph_optimization_level`` (ignored: the graph is always folded and fused),
     ``log_severity_level``/``log_verbosity_level``/``logid`` (ignored: gpubackend logs through
@@ -229,8 +229,6 @@ class SessionOptions:
             extra = {p.strip() for p in env[ENV_DISABLE].split(",") if p.strip() in GPU_PATH_KEYS}
             out.disabled_paths = frozenset(out.disabled_paths) | extra
         out.disabled_paths = frozenset(out.disabled_paths)
-        if out.blas_threads is None and out.intra_op_num_threads > 0:
-            out.blas_threads = out.intra_op_num_threads
         out.validate()
         return out
 

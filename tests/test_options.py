@@ -29,8 +29,12 @@ def test_environment_overrides_fields() -> None:
     assert opts.path == "auto" and opts.vulkan_record_once  # resolved() copies
     # GPUBACKEND_PATH only replaces "auto", as before
     assert SessionOptions(path="cpu").resolved({"GPUBACKEND_PATH": "gles2"}).path == "cpu"
-    # onnxruntime's thread count sets the BLAS threads when no native value is given
-    assert SessionOptions(intra_op_num_threads=2).resolved({}).blas_threads == 2
+    # onnxruntime's thread count is also the numpy engine's kernel threads; BLAS stays at its own
+    opts = SessionOptions(intra_op_num_threads=2).resolved({})
+    assert opts.blas_threads is None
+    from gpubackend.paths import create_path
+
+    assert create_path("cpu", options=opts).ort_threads == 2
 
 
 @pytest.mark.parametrize("bad", [dict(path="metal"), dict(precision="fp8"), dict(providers=["opencl"]),

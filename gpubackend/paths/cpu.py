@@ -98,15 +98,16 @@ def _in_place(ufunc: Any, target: int, kernel: Any) -> Any:
 class NumpySegment(Segment):
     """Runs its nodes through the ``fallback`` kernels as a plan compiled once: kernels looked up,
     constants bound and each intermediate's last use known in advance, and one floating-point
-    error state and BLAS thread scope around the whole run instead of one per node. A float
+    error state, BLAS thread and kernel thread scope around the whole run instead of one per node. A float
     Add/Sub/Mul/Div whose operand is a fresh intermediate read by nothing else runs in place."""
 
     engine = "numpy"
 
     def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
-                 blas_threads: int = 1):
+                 blas_threads: int = 1, threads: int = 0):
         super().__init__("cpu", nodes, inputs, outputs)
         self._blas_threads = blas_threads
+        self._threads = threads
         self._opset = graph.opset
         last_use: dict[str, int] = {}
         for idx, node in enumerate(nodes):
@@ -142,7 +143,8 @@ class NumpySegment(Segment):
         env = dict(feeds)
         opset = self._opset
         profile = stats.profile
-        with fallback.blas_threads(self._blas_threads), np.errstate(all="ignore"):
+        with (fallback.blas_threads(self._blas_threads), fallback.kernel_threads(self._threads),
+              np.errstate(all="ignore")):
             for node, kernel, args, release in self._plan:
                 t0 = time.perf_counter() if profile else 0.0
                 try:
@@ -301,7 +303,8 @@ class OnnxruntimeSegment(Segment):
         sess = self._session(feeds)
         if sess is False:
             if self._numpy is None:
-                self._numpy = NumpySegment(self.nodes, self._graph, self.inputs, self.outputs, self._blas_threads)
+                self._numpy = NumpySegment(self.nodes, self._graph, self.inputs, self.outputs, self._blas_threads,
+                                           self._threads)
             return self._numpy.run(feeds, stats)
         try:
             results = sess.run(self.outputs, {n: feeds[n] for n in self.inputs})
@@ -345,8 +348,9 @@ class OnnxruntimeSegment(Segment):
 
 class CpuPath(Path):
     """``engine``: see :func:`resolve_engine`. ``blas_threads``: NumPy BLAS threads during a numpy
-    run (None: 1, see ``fallback._runtime``); ``ort_threads``: onnxruntime's intra-op threads (0: its
-    default, one per physical core)."""
+    run (None: 1, see ``fallback._runtime``); ``ort_threads``: intra-op threads of either engine (0:
+    the default, onnxruntime's one per physical core, or for numpy one kernel thread per usable core,
+    see ``fallback.kernel_threads``)."""
 
     key = "cpu"
 
@@ -366,7 +370,7 @@ class CpuPath(Path):
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         if self.engine == "onnxruntime":
             return OnnxruntimeSegment(nodes, graph, inputs, outputs, self.ort_threads, self.blas_threads)
-        return NumpySegment(nodes, graph, inputs, outputs, self.blas_threads)
+        return NumpySegment(nodes, graph, inputs, outputs, self.blas_threads, self.ort_threads)
 
 
 def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), engine: str = "auto",

@@ -1,0 +1,111 @@
+"""The NumPy kernels split over threads (``fallback.kernel_threads``) give the single-thread results
+within fp32 rounding.
+
+Each case picks shapes that reach one branch of ``fallback.conv`` and makes it split into several
+parts; NaN and Inf in the input must land where the single-thread run puts them.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import fallback
+from fallback import _runtime
+
+CONV_CASES = {
+    # name: (input shape, weight shape, attrs)
+    "depthwise_gemm": ((1, 24, 40, 40), (24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1])),
+    "depthwise_gemm_stride2_mult2": ((2, 8, 33, 31), (16, 1, 5, 5), dict(group=8, pads=[2, 2, 2, 2], strides=[2, 2])),
+    "depthwise_large_planes": ((1, 4, 140, 130), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
+    "pointwise_split_columns": ((1, 16, 48, 48), (32, 16, 1, 1), {}),
+    "pointwise_split_rows": ((2, 64, 5, 5), (96, 64, 1, 1), dict(strides=[1, 1])),
+    "pointwise_strided_grouped": ((1, 16, 30, 30), (8, 8, 1, 1), dict(group=2, strides=[2, 2])),
+    "shifted_gemm": ((2, 12, 70, 66), (10, 12, 3, 3), dict(pads=[1, 2, 1, 0], dilations=[2, 1])),
+    "phase_columns_stem": ((1, 3, 96, 90), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "im2col_bands_grouped": ((1, 8, 150, 150), (8, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+    "im2col_rank3": ((2, 6, 500), (4, 6, 5), dict(pads=[2, 2])),
+}
+
+
+def _assert_same(many: np.ndarray, one: np.ndarray) -> None:
+    """Equal within fp32 rounding (GEMMs of other widths may round differently), NaN and Inf in the
+    same places."""
+    scale = max(1.0, float(np.max(np.abs(one[np.isfinite(one)]), initial=0.0)))
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6 * scale)
+
+
+def _run_both(op: str, inputs: list, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
+    one = fallback.run_node(op, inputs, attrs, 17)[0]
+    with fallback.kernel_threads(3):
+        many = fallback.run_node(op, inputs, attrs, 17)[0]
+    return one, many
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+@pytest.mark.parametrize("act", [None, ("Clip", {"min": 0.0, "max": 6.0}), ("HardSwish", {})])
+def test_conv_threads_match_one_thread(case: str, act: tuple | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)  # split even the small test shapes
+    xs, ws, attrs = CONV_CASES[case]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[[3, 1000, -5]] = [np.nan, np.inf, -np.inf]
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    attrs = dict(attrs, _act=act) if act else attrs
+    one, many = _run_both("Conv", [x, w, b], attrs)
+    assert one.flags.c_contiguous and many.flags.c_contiguous
+    _assert_same(many, one)
+
+
+def test_conv_transpose_threads_match_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 6, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    one, many = _run_both("ConvTranspose", [x, w, b], dict(strides=[2, 2], pads=[1, 1, 1, 1],
+                                                            _act=("Relu", {})))
+    _assert_same(many, one)
+
+
+def test_parts_cover_the_range_once_and_raise_the_first_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    seen = np.zeros(101, dtype=np.int64)
+    parts, names = [], set()
+
+    def fill(a: int, b: int) -> None:
+        seen[a:b] += 1
+        parts.append((a, b))
+        names.add(threading.current_thread().name)
+
+    with fallback.kernel_threads(4):
+        _runtime.parallel(fill, 101, work=10**9)
+    assert (seen == 1).all() and len(parts) == 4 and len(names) >= 2
+
+    def boom(a: int, b: int) -> None:
+        if a > 0:
+            raise ValueError(f"part {a}")
+
+    with fallback.kernel_threads(2), pytest.raises(ValueError, match="part"):
+        _runtime.parallel(boom, 10, work=10**9)
+
+
+def test_parts_see_the_callers_errstate_and_outside_the_scope_nothing_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    x = np.zeros(64, dtype=np.float32)
+
+    def divide(a: int, b: int) -> None:
+        np.divide(x[a:b], x[a:b], out=x[a:b])  # 0/0: warns unless errstate says ignore
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with fallback.kernel_threads(2), np.errstate(all="ignore"):
+            _runtime.parallel(divide, 64, work=10**9)
+    assert np.isnan(x).all()
+    calls = []
+    _runtime.parallel(lambda a, b: calls.append((a, b)), 64, work=10**9)
+    assert calls == [(0, 64)]
