@@ -16,6 +16,7 @@ convolutions split out). Run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -117,11 +118,11 @@ def main() -> None:
         model, feeds = _model(name)
         ref_sess = _ort(model)
         ref = ref_sess.run(None, feeds)
-        runners = {"ort": lambda: ref_sess.run(None, feeds)}
+        runners = {"ort": functools.partial(ref_sess.run, None, feeds)}
         sessions = {}
         for engine in engines:
             sessions[engine] = gpubackend.Session(model, path="cpu", cpu_engine=engine)
-            runners["cpu:" + engine] = (lambda s: lambda: s.run(feeds))(sessions[engine])
+            runners["cpu:" + engine] = functools.partial(sessions[engine].run, feeds)
         err = _error(sessions["numpy"].run(feeds), ref) if "numpy" in sessions else float("nan")
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(args.blocks):
