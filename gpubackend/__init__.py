@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .device_tensor import DeviceTensor
 from .errors import (
     DeviceError,
     GpuBackendError,
@@ -16,8 +17,10 @@ from .errors import (
 )
 from .onnxruntime_api import (
     InferenceSession,
+    IOBinding,
     ModelMetadata,
     NodeArg,
+    OrtValue,
     RunOptions,
     get_all_providers,
     get_available_providers,
@@ -36,6 +39,7 @@ def probe(refresh: bool = False) -> Any:
 
 
 __all__ = ["Session", "SessionOptions", "InferenceSession", "RunOptions", "NodeArg", "ModelMetadata",
+           "IOBinding", "OrtValue", "DeviceTensor",
            "GraphOptimizationLevel", "ExecutionMode", "get_all_providers", "get_available_providers", "probe",
            "GpuBackendError", "ModelError", "UnsupportedOperatorError", "InputError", "PathUnavailableError",
            "DeviceError", "OptionError", "__version__"]

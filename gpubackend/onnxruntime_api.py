@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .device_tensor import DeviceTensor
 from .errors import GpuBackendError, OptionError
 from .model import ModelLike
 from .options import SessionOptions
@@ -225,8 +226,14 @@ class InferenceSession:
         ``gpubackend.Session.run(..., profile=True)``); returns an empty file name."""
         return ""
 
-    def io_binding(self) -> Any:
-        raise GpuBackendError("IOBinding (device-resident inputs and outputs) is not implemented in gpubackend yet")
+    def io_binding(self) -> IOBinding:
+        """An :class:`IOBinding` for device-resident inputs and outputs of this session."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
+        """Run with the inputs and outputs bound in ``iobinding``; its outputs are then in
+        ``iobinding.get_outputs()``. ``run_options`` is accepted and ignored."""
+        iobinding._run()  # noqa: SLF001
 
     @property
     def session(self) -> Session:
@@ -241,3 +248,150 @@ class InferenceSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_CPU_DEVICES = ("cpu",)
+
+
+class OrtValue:
+    """onnxruntime's ``OrtValue``: a tensor on the CPU (a NumPy array) or on a path's device (a
+    :class:`gpubackend.device_tensor.DeviceTensor`: GL textures, a GL storage buffer or a Vulkan
+    buffer). ``device_name()`` is "cpu" or the path key."""
+
+    def __init__(self, value: np.ndarray | DeviceTensor):
+        self._value = value
+
+    @staticmethod
+    def ortvalue_from_numpy(array: Any, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
+        """A CPU tensor (a device tensor is made by a run: bind it with ``bind_output(name, "gpu")``)."""
+        if str(device_type).lower() not in _CPU_DEVICES:
+            raise GpuBackendError(f"device tensors cannot be made from NumPy here (device_type {device_type!r}); "
+                                  "bind the array as an input, or bind an output to the device and feed it back")
+        return OrtValue(np.ascontiguousarray(array))
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32,
+                                     device_type: str = "cpu", device_id: int = 0) -> OrtValue:
+        return OrtValue.ortvalue_from_numpy(np.zeros(tuple(shape), element_type), device_type, device_id)
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (a download for a device tensor)."""
+        return self._value.numpy() if isinstance(self._value, DeviceTensor) else self._value
+
+    def shape(self) -> list[int]:
+        return list(self._value.shape)
+
+    def data_type(self) -> str:
+        return f"tensor({_ONNX_TYPE_NAMES.get(np.dtype(self._value.dtype), str(self._value.dtype))})"
+
+    def element_type(self) -> Any:
+        return np.dtype(self._value.dtype).type
+
+    def device_name(self) -> str:
+        return self._value.path if isinstance(self._value, DeviceTensor) else "cpu"
+
+    def is_tensor(self) -> bool:
+        return True
+
+    def has_value(self) -> bool:
+        return True
+
+    @property
+    def device_tensor(self) -> DeviceTensor | None:
+        """The device tensor (None for a CPU value)."""
+        return self._value if isinstance(self._value, DeviceTensor) else None
+
+    def texture(self) -> Any:
+        """The GL texture form of a device tensor (see ``DeviceTensor.texture``)."""
+        if not isinstance(self._value, DeviceTensor):
+            raise GpuBackendError("a CPU OrtValue has no texture")
+        return self._value.texture()
+
+    def __repr__(self) -> str:
+        return f"OrtValue({self.device_name()}, shape={self.shape()})"
+
+
+_ONNX_TYPE_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16", np.dtype(np.int64): "int64",
+                    np.dtype(np.int32): "int32", np.dtype(np.uint8): "uint8", np.dtype(np.int8): "int8",
+                    np.dtype(np.bool_): "bool", np.dtype(np.float64): "double"}
+
+
+class IOBinding:
+    """onnxruntime's ``IOBinding``: inputs and outputs bound once, kept on the device across runs.
+
+    ``bind_output(name, "gpu")`` (any device name other than "cpu") keeps that output on the
+    device of the path that makes it; the same device tensor is written again by later runs of
+    this binding (as a pre-allocated output is in onnxruntime), so feed it back or read it before
+    the next run. ``bind_ortvalue_input`` takes a CPU or device OrtValue (a device tensor of the
+    segment's own path is copied on the device: no upload), and ``bind_gl_texture_input`` a
+    caller's GL texture made in ``session.session.gl_context()``. Raw device pointers
+    (``bind_input(..., buffer_ptr)``) have no meaning on GL or Kompute and are refused.
+    The session's ``stats`` (``sess.session.stats``) counts the uploads and downloads of the last run."""
+
+    def __init__(self, session: InferenceSession):
+        self._session = session
+        self._inputs: dict[str, np.ndarray | DeviceTensor] = {}
+        self._outputs: dict[str, bool] = {}  # name -> on the device
+        self._targets: dict[str, DeviceTensor | None] = {}
+        self._results: list[OrtValue] = []
+
+    def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
+        self._inputs[name] = np.asarray(arr_on_cpu)
+
+    def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any, shape: Sequence[int],
+                   buffer_ptr: int) -> None:
+        raise GpuBackendError("bind_input with a raw device pointer is not supported by gpubackend (GL and Kompute "
+                              "objects have no pointers); use bind_cpu_input, bind_ortvalue_input or "
+                              "bind_gl_texture_input")
+
+    def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
+        self._inputs[name] = ortvalue._value  # noqa: SLF001
+
+    def bind_gl_texture_input(self, name: str, texture: Any) -> None:
+        """Bind a moderngl texture of the session's GL context as input ``name`` (shape
+        (1, C<=4, H, W), channel c = component c of texel (x, y); see ``GLTextureTensor``)."""
+        self._inputs[name] = self._session.session.tensor_from_gl_texture(texture, name)
+
+    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
+                    shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
+        if buffer_ptr is not None:
+            raise GpuBackendError("bind_output with a raw device pointer is not supported by gpubackend; "
+                                  "bind the output to a device type and read it with get_outputs()")
+        on_device = str(device_type).lower() not in _CPU_DEVICES
+        self._outputs[name] = on_device
+        self._targets.pop(name, None)
+
+    def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
+        value = ortvalue._value  # noqa: SLF001
+        self._outputs[name] = isinstance(value, DeviceTensor)
+        self._targets[name] = value if isinstance(value, DeviceTensor) else None
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._outputs.clear()
+        self._targets.clear()
+        self._results = []
+
+    def synchronize_inputs(self) -> None:
+        """Nothing to do: binding copies nothing until the run."""
+
+    def synchronize_outputs(self) -> None:
+        """Nothing to do: runs complete before they return."""
+
+    def get_outputs(self) -> list[OrtValue]:
+        """The last run's outputs, in the order they were bound."""
+        return list(self._results)
+
+    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self._results]
+
+    def _run(self) -> None:
+        names = list(self._outputs) or None
+        device = {n: self._targets.get(n) for n, on in self._outputs.items() if on}
+        results = self._session.session.run_resident(dict(self._inputs), names, device)
+        self._results = [OrtValue(r) for r in results]
+        for name, value in zip(names or self._session.session.output_names, results):
+            if isinstance(value, DeviceTensor):
+                self._targets[name] = value  # written again by the next run

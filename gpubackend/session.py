@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from . import limits, worker
+from .device_tensor import DeviceTensor, GLTextureTensor
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
 from .model import ModelLike, load_model, to_graph
@@ -456,6 +457,9 @@ class Session:
             raise InputError(f"{'; '.join(p for p in parts if p)}; the model's inputs are: {expected}")
         out = {}
         for name in g.inputs:
+            if isinstance(feeds[name], DeviceTensor):
+                out[name] = self._check_device_feed(name, feeds[name])
+                continue
             try:
                 value = np.asarray(feeds[name])
             except Exception as exc:
@@ -471,6 +475,57 @@ class Session:
             out[name] = value
         return out
 
+    def _check_device_feed(self, name: str, value: DeviceTensor) -> Any:
+        g = self._base_graph
+        value._check_open()  # noqa: SLF001
+        if name in self._shape_value_inputs:
+            raise InputError(f"input {name!r} defines shapes from its values: feed it as a host array, not a "
+                             "device tensor")
+        want = g.dtypes.get(name)
+        if want is not None and want != value.dtype:
+            raise InputError(f"input {name!r} is a float32 device tensor, the model expects {want}")
+        declared = g.input_shapes.get(name)
+        if declared is not None and (len(declared) != len(value.shape)
+                                     or any(d is not None and d != v for d, v in zip(declared, value.shape))):
+            shown = ["?" if d is None else d for d in declared]
+            raise InputError(f"input {name!r} has shape {list(value.shape)}, the model expects {shown}")
+        return value
+
+    def on_device(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn(*args)`` where this session's GPU objects live (its GPU thread, or the thread
+        owning its GL context) and return the result: how a caller makes or draws with GL objects
+        of the session's context, e.g. a texture for :meth:`tensor_from_gl_texture`."""
+        return self._device(fn, *args)
+
+    def gl_context(self) -> Any:
+        """The moderngl context this session's GL paths draw with; use it only inside
+        :meth:`on_device` (a GL context belongs to one thread)."""
+        from .gl.device import GLDevice
+
+        gl = [k for k in self.path_order if k in ("gles2", "gles3", "gles31")]
+        if not gl:
+            raise GpuBackendError(f"this session runs no GL path (paths: {self.path_order})")
+        return self._device(lambda: GLDevice.shared(gl[0]).ctx)
+
+    def tensor_from_gl_texture(self, texture: Any, shape: tuple[int, ...] | str) -> DeviceTensor:
+        """A caller's texture (made in :meth:`gl_context`) as a (1, C, H, W) input; ``shape`` may
+        be the input's name when its shape is static. A gles3 or gles31 segment reads it with one
+        draw or dispatch on the device (see :class:`gpubackend.device_tensor.GLTextureTensor`)."""
+        if isinstance(shape, str):
+            declared = self._base_graph.input_shapes.get(shape)
+            if shape not in self.input_names or declared is None or None in declared:
+                raise InputError(f"{shape!r} is not an input of static shape; give the shape")
+            shape = tuple(declared)  # type: ignore[arg-type]
+        return GLTextureTensor(texture, tuple(shape), self._device)
+
+    def run_resident(self, feeds: Mapping[str, Any], output_names: list[str] | None = None,
+                     device_outputs: Mapping[str, DeviceTensor | None] | None = None) -> list[Any]:
+        """:meth:`run` with device-resident tensors: a feed may be a :class:`DeviceTensor`, and each
+        output named in ``device_outputs`` comes back as a DeviceTensor (written into the given
+        one when its path, layout and shape fit, else a new one) when a GPU segment makes it; an
+        output made on the CPU comes back as an array. ``self.stats`` counts the transfers."""
+        return self._run(feeds, output_names, False, dict(device_outputs or {}))
+
     def run(self, feeds: Mapping[str, Any], output_names: list[str] | None = None,
             profile: bool = False) -> list[np.ndarray]:
         """Run the model; returns the outputs in model order (or in ``output_names`` order, and
@@ -478,11 +533,17 @@ class Session:
         per-node seconds in ``self.stats.node_seconds`` (synchronising after each node, so the
         run itself is slower). Note the order: feeds first (onnxruntime's ``run(output_names,
         feeds)`` is :class:`gpubackend.InferenceSession`)."""
+        return self._run(feeds, output_names, profile, None)
+
+    def _run(self, feeds: Mapping[str, Any], output_names: list[str] | None, profile: bool,
+             device_outputs: dict[str, DeviceTensor | None] | None) -> list[Any]:
         if isinstance(output_names, Mapping) and not isinstance(feeds, Mapping):
             raise InputError("Session.run takes (feeds, output_names) but got the output names first: that is "
                              "onnxruntime's order run(output_names, feeds); call session.run(feeds, output_names) "
                              "or use gpubackend.InferenceSession")
         arrays = self._check_feeds(feeds)
+        if device_outputs is None and any(isinstance(v, DeviceTensor) for v in arrays.values()):
+            device_outputs = {}  # device feeds: segments copy them on the device; outputs come back as arrays
         names = list(output_names) if output_names is not None else list(self.output_names)
         if isinstance(output_names, str):
             raise InputError(f"output_names must be a list of names, not the string {output_names!r}")
@@ -497,13 +558,24 @@ class Session:
             variant = self._device(self._variant, key, {n: arrays[n].shape for n in self.input_names}, wanted, values)
             self._current = variant
             stats = RunStats(profile=bool(profile))
-            env: dict[str, np.ndarray] = dict(arrays)
+            env: dict[str, Any] = dict(arrays)
             idx = 0
             while idx < len(variant.segments):
                 seg = variant.segments[idx]
                 feed = {n: env[n] for n in seg.inputs}
                 try:
-                    env.update(seg.run(feed, stats) if seg.path == "cpu" else self._device(seg.run, feed, stats))
+                    if device_outputs is None:
+                        env.update(seg.run(feed, stats) if seg.path == "cpu" else self._device(seg.run, feed, stats))
+                    elif seg.path == "cpu":
+                        env.update(seg.run({n: v.host(stats) if isinstance(v, DeviceTensor) else v
+                                            for n, v in feed.items()}, stats))
+                    else:
+                        keep = {n: device_outputs[n] for n in seg.outputs if n in device_outputs}
+                        made = self._device(seg.run_resident, feed, stats, keep)
+                        for value in made.values():
+                            if isinstance(value, DeviceTensor):
+                                value._call = self._device  # noqa: SLF001 - its objects live where the session's do
+                        env.update(made)
                 except _driver_errors() as exc:
                     self._device(self._recover, variant, idx, exc)
                     continue
@@ -513,7 +585,10 @@ class Session:
                 idx += 1
             self.stats = stats
         consts = variant.graph.constants
-        return [env[n] if n in env else np.array(consts[n]) for n in names]
+        if device_outputs is None:
+            return [env[n] if n in env else np.array(consts[n]) for n in names]
+        return [env[n] if n in env and (n in device_outputs or not isinstance(env[n], DeviceTensor))
+                else env[n].host(self.stats) if n in env else np.array(consts[n]) for n in names]
 
     def _recover(self, variant: _Variant, idx: int, exc: BaseException) -> None:
         """A driver failed mid-run: re-plan the failing path's remaining nodes onto the next path."""

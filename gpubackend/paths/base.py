@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,6 +59,17 @@ class Segment(ABC):
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         """Run with host arrays for ``inputs``; return host arrays for ``outputs``. Never
         modifies the arrays in ``feeds``."""
+
+    def run_resident(self, feeds: dict[str, Any], stats: RunStats,
+                     device_outputs: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`run` where feeds may be device tensors (``gpubackend.device_tensor``) and
+        the outputs named in ``device_outputs`` may stay on the device (as DeviceTensors, written
+        into the given one when it fits). This default goes through the host (every transfer
+        counted); a GPU path overrides it to copy on the device."""
+        from ..device_tensor import DeviceTensor
+
+        host = {n: v.host(stats) if isinstance(v, DeviceTensor) else v for n, v in feeds.items()}
+        return self.run(host, stats)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release device objects. Safe to call twice."""

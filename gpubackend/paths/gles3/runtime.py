@@ -176,13 +176,28 @@ class Gles3Segment(Segment):
     # ---- running -------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         self.dev.check_thread()
+        self._upload(feeds, stats)
+        self._execute(stats)
+        return {name: self._read(name, stats) for name in self.outputs}
+
+    def run_resident(self, feeds: dict[str, Any], stats: RunStats, device_outputs: dict[str, Any]) -> dict[str, Any]:
+        from .resident import run_resident
+
+        return run_resident(self, feeds, stats, device_outputs)
+
+    def _upload(self, feeds: dict[str, np.ndarray], stats: RunStats) -> None:
+        """Host arrays into the input textures (the inputs named in ``feeds``)."""
         np_dtype = np.float16 if self.dtype == "f2" else np.float32
         for name in self.inputs:
+            if name not in feeds:
+                continue
             st, lay = self.storage[name], self.layouts[name]
             x = np.asarray(feeds[name], np.float32).reshape(lay.n, lay.c, lay.h, lay.w)
             for tex, plane in zip(st.textures, pack(x, lay, np_dtype)):
                 self.dev.write(tex, plane)
                 stats.upload(plane.nbytes)
+
+    def _execute(self, stats: RunStats) -> None:
         for step in self.steps:
             if step.program is None:
                 continue
@@ -194,17 +209,16 @@ class Gles3Segment(Segment):
                 stats.node_seconds[step.node.name] = time.perf_counter() - t0
             else:
                 self._draw(step, stats)
-        result = {}
-        for name in self.outputs:
-            st, lay = self.storage[name], self.layouts[name]
-            planes = []
-            for p in range(lay.planes):
-                raw = st.fbo.read(components=4, dtype="f4", attachment=p)
-                arr = self.dev.readback(np.frombuffer(raw, np.float32).reshape(lay.size[1], lay.size[0], 4))
-                stats.download(arr.nbytes)
-                planes.append(arr)
-            result[name] = unpack(planes, lay).reshape(self.shapes[name])
-        return result
+
+    def _read(self, name: str, stats: RunStats) -> np.ndarray:
+        st, lay = self.storage[name], self.layouts[name]
+        planes = []
+        for p in range(lay.planes):
+            raw = st.fbo.read(components=4, dtype="f4", attachment=p)
+            arr = self.dev.readback(np.frombuffer(raw, np.float32).reshape(lay.size[1], lay.size[0], 4))
+            stats.download(arr.nbytes)
+            planes.append(arr)
+        return unpack(planes, lay).reshape(self.shapes[name])
 
     def _draw(self, step: Step, stats: RunStats) -> None:
         k, prog, out = step.kernel, step.program, step.out

@@ -234,15 +234,30 @@ class Gles31Segment(Segment):
     # ---- run -----------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         self.device.check_thread()
+        self._upload(feeds, stats)
+        self._execute(stats)
+        return {name: self._read(name, stats) for name in self.outputs}
+
+    def run_resident(self, feeds: dict[str, Any], stats: RunStats, device_outputs: dict[str, Any]) -> dict[str, Any]:
+        from .resident import run_resident
+
+        return run_resident(self, feeds, stats, device_outputs)
+
+    def _upload(self, feeds: dict[str, np.ndarray], stats: RunStats) -> None:
+        """Host arrays into the input buffers (the inputs named in ``feeds``)."""
         prec = self.precision
         for name in self._plain_inputs:
-            data = ck.as_storage(ck.pack(feeds[name]), prec)
-            self.device.write(self._input_buffers[name], data)
-            stats.upload(data.nbytes)
+            if name in feeds:
+                data = ck.as_storage(ck.pack(feeds[name]), prec)
+                self.device.write(self._input_buffers[name], data)
+                stats.upload(data.nbytes)
         for name, transform, buf, fp32 in self._transformed:
-            data = ck.as_storage(transform(feeds[name]), "fp32" if fp32 else prec)
-            self.device.write(buf, data)
-            stats.upload(data.nbytes)
+            if name in feeds:
+                data = ck.as_storage(transform(feeds[name]), "fp32" if fp32 else prec)
+                self.device.write(buf, data)
+                stats.upload(data.nbytes)
+
+    def _execute(self, stats: RunStats) -> None:
         g = self.gl
         barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
         profile = stats.profile  # per-node seconds: host clock between glFinish calls
@@ -261,16 +276,14 @@ class Gles31Segment(Segment):
             if profile:
                 g.glFinish()
                 stats.node_seconds[d.node] = stats.node_seconds.get(d.node, 0.0) + time.perf_counter() - t0
-        out = {}
-        dtype = np.float16 if prec == "fp16" else np.float32
-        for name in self.outputs:
-            shape = self.shapes[name]
-            nbytes = ck.storage_bytes(shape, prec)
-            raw = np.frombuffer(self._output_buffers[name].read(size=nbytes), dtype)
-            raw = self.device.readback(raw)
-            stats.download(nbytes)
-            out[name] = ck.unpack(raw, shape)
-        return out
+
+    def _read(self, name: str, stats: RunStats) -> np.ndarray:
+        shape = self.shapes[name]
+        nbytes = ck.storage_bytes(shape, self.precision)
+        dtype = np.float16 if self.precision == "fp16" else np.float32
+        raw = self.device.readback(np.frombuffer(self._output_buffers[name].read(size=nbytes), dtype))
+        stats.download(nbytes)
+        return ck.unpack(raw, shape)
 
     def profile(self, feeds: dict[str, np.ndarray], repeat: int = 1) -> list[tuple[str, str, float]]:
         """(node, kernel, median seconds) per dispatch, each timed to completion (glFinish)."""

@@ -215,7 +215,17 @@ class VulkanSegment(Segment):
             out[edge.tensor] = self.compiled.dev.readback(edge.from_words(w))
         return out
 
+    def run_resident(self, feeds: dict[str, Any], stats: RunStats, device_outputs: dict[str, Any]) -> dict[str, Any]:
+        from .resident import run_resident
+
+        return run_resident(self, feeds, stats, device_outputs)
+
     def close(self) -> None:
+        for seq, _ in self.__dict__.pop("_resident_sequences", {}).values():
+            try:
+                seq.destroy()
+            except Exception:  # noqa: BLE001 - already destroyed
+                pass
         self.compiled.close()
 
 
