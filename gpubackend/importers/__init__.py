@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .tflite import TFLITE_MAGIC, tflite_to_onnx
+from .tflite import TFLITE_MAGIC, tflite_initial_state, tflite_to_onnx
 
 
 def is_tflite(model: object) -> bool:
@@ -23,4 +23,4 @@ def is_tflite(model: object) -> bool:
     return False
 
 
-__all__ = ["TFLITE_MAGIC", "is_tflite", "tflite_to_onnx"]
+__all__ = ["TFLITE_MAGIC", "is_tflite", "tflite_initial_state", "tflite_to_onnx"]

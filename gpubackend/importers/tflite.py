@@ -13,8 +13,19 @@ Padding. TFLite SAME is turned into explicit pads computed the way TFLite does:
 
 Constants. fp16 weights behind DEQUANTIZE and int8/uint8 quantized weights (per-tensor and
 per-axis scale / zero point) are dequantised to fp32 at import; sparse weights behind DENSIFY are
-densified. Quantized *activations* (full-integer models) are not imported: that needs int8
-kernels, and the error says so.
+densified.
+
+Quantized activations (full-integer models) become ONNX QDQ: every op is computed in float on
+dequantized values, and each int8/uint8 tensor it writes goes through QuantizeLinear then
+DequantizeLinear with that tensor's scale and zero point, so every activation lies on TFLite's
+grid (TFLite's integer kernels requantize with fixed-point multipliers instead: results agree
+within one output step). Quantized graph inputs and outputs keep their integer type.
+
+Resource variables (streaming models: VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, CALL_ONCE)
+become explicit state: each variable is a graph input named after it and a graph output
+``<name>/next`` holding the value assigned during the run; :func:`tflite_initial_state` gives the
+values CALL_ONCE resets them to. Feeding each run the previous run's ``/next`` outputs reproduces
+the interpreter's successive invocations.
 """
 
 from __future__ import annotations
@@ -38,7 +49,9 @@ OPSET = 17
 
 # TFLite tensor types (tflite.TensorType) that can hold constants we read.
 _NP_TYPES = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 9: np.int8, 7: np.int16}
-_ONNX_TYPES = {0: TensorProto.FLOAT, 2: TensorProto.INT32, 4: TensorProto.INT64}
+_ONNX_TYPES = {0: TensorProto.FLOAT, 2: TensorProto.INT32, 4: TensorProto.INT64, 9: TensorProto.INT8,
+               3: TensorProto.UINT8}
+_QUANTIZED = (9, 3)  # int8, uint8 activations (QuantizeLinear at opset 17 has no int16)
 # tflite.Padding (builtin ops) and TfLitePadding (MediaPipe custom op params) number differently.
 _SAME, _VALID = 0, 1
 _CUSTOM_SAME, _CUSTOM_VALID = 1, 2
@@ -100,8 +113,16 @@ class _Importer:
         self._used: set[str] = set()
         self._transposed: dict[tuple[str, bool], str] = {}
         self.op_label = ""
-        self._pending_activation: dict[str, onnx.NodeProto] = {}  # pre-activation name -> activation node
+        # nodes that follow the producer of a name: its fused activation, its Quantize/Dequantize pair
+        self._pending_after: dict[str, list[onnx.NodeProto]] = {}
+        self._qparams: dict[int, tuple[str, str]] = {}
         self.graph_outputs: dict[int, str] = {}  # tensor index -> reserved graph output name
+        self.resources: dict[int, str] = {}  # VAR_HANDLE output tensor -> variable name
+        self.state_inputs: list[onnx.ValueInfoProto] = []
+        self.state_outputs: list[onnx.ValueInfoProto] = []
+        self.initial_state: dict[str, np.ndarray] = {}  # state input name -> value CALL_ONCE assigns
+        self._state_names: dict[str, str] = {}  # variable name -> state input name
+        self._init_values: dict[str, np.ndarray] = {}  # variable name -> value CALL_ONCE assigns
 
     # -- names, constants, layouts -----------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -150,13 +171,48 @@ class _Importer:
             raise self.error(f"input {self.tname(idx)!r} must be a constant")
         if self.tensor(idx).Sparsity() is not None:
             raise self.error(f"tensor {self.tname(idx)!r} is sparse and not behind a DENSIFY")
+        if dequantize and arr.dtype == np.int32 and self._has_scale(idx):
+            return self.dequantize(idx, arr)  # int32 bias of a quantized op: scale = input x weight scale
         if dequantize and arr.dtype in (np.int8, np.uint8, np.int16):
+            if self.full_integer:
+                return self.dequantize(idx, arr)
             # Weights quantized without a DEQUANTIZE in front ("hybrid" models): TFLite quantizes the float
             # input on the fly for these ops; computing in float instead differs by about one input step.
             log.warning("%s: %s: int8 weights %r used directly (hybrid quantization); computed in float",
                         self.source, self.op_label, self.tname(idx))
             arr = self.dequantize(idx, arr)
         return arr
+
+    def _has_scale(self, idx: int) -> bool:
+        qp = self.tensor(idx).Quantization()
+        return qp is not None and qp.ScaleLength() > 0
+
+    @property
+    def full_integer(self) -> bool:
+        """Any run-time tensor of the graph is quantized (a full-integer model, not a hybrid one)."""
+        if not hasattr(self, "_full_integer"):
+            self._full_integer = any(self.tensor(i).Type() in _QUANTIZED and self._buffer(i) is None
+                                     for i in range(self.g.TensorsLength()))
+        return self._full_integer
+
+    def quant_params(self, idx: int) -> tuple[str, str] | None:
+        """Initializer names (scale, zero point) of a quantized run-time tensor; None for a float one."""
+        t = self.tensor(idx)
+        if t.Type() not in _QUANTIZED:
+            if t.Type() == 7 and not self.is_const(idx):
+                raise self.error(f"tensor {self.tname(idx)!r} is an int16 activation (not imported)")
+            return None
+        if idx not in self._qparams:
+            qp = t.Quantization()
+            if qp is None or qp.ScaleLength() == 0:
+                raise self.error(f"tensor {self.tname(idx)!r} is quantized without a scale")
+            if qp.ScaleLength() > 1:
+                raise self.error(f"activation {self.tname(idx)!r} is quantized per axis (not imported)")
+            zp = int(qp.ZeroPointAsNumpy()[0]) if qp.ZeroPointLength() else 0
+            base = self.tname(idx)
+            self._qparams[idx] = (self.init(base + "/scale", np.array(qp.ScaleAsNumpy()[0], np.float32)),
+                                  self.init(base + "/zero_point", np.array(zp, _NP_TYPES[t.Type()])))
+        return self._qparams[idx]
 
     def dequantize(self, idx: int, q: np.ndarray) -> np.ndarray:
         qp = self.tensor(idx).Quantization()
@@ -204,16 +260,27 @@ class _Importer:
         return v is not None and v.nchw
 
     def node(self, op: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
-        self.nodes.append(helper.make_node(op, inputs, outputs, name=self.unique(outputs[0] + "/" + op), **attrs))
-        for out in outputs:  # a fused activation follows its producer
-            if out in self._pending_activation:
-                self.nodes.append(self._pending_activation.pop(out))
+        self._append(helper.make_node(op, inputs, outputs, name=self.unique(outputs[0] + "/" + op), **attrs))
+
+    def _append(self, node: onnx.NodeProto) -> None:
+        self.nodes.append(node)
+        for out in node.output:  # a fused activation, then a Quantize/Dequantize pair, follow the producer
+            for after in self._pending_after.pop(out, []):
+                self._append(after)
 
     def output(self, idx: int, nchw: bool, fused: int = 0) -> str:
-        """Name that the op should write for tensor ``idx``; a fused activation is appended after it."""
+        """Name that the op should write for tensor ``idx``; a fused activation and, for a quantized
+        tensor, the QuantizeLinear / DequantizeLinear pair are appended after it."""
         nchw = nchw and len(self.shape(idx)) == 4
         name = self.unique(self.tname(idx) + ("/value" if idx in self.graph_outputs else ""))
         self.values[idx] = _Value(name, nchw)
+        qp = self.quant_params(idx)
+        if qp is not None:
+            real, q = self.unique(name + "/real"), self.unique(name + "/q")
+            self._pending_after[real] = [
+                helper.make_node("QuantizeLinear", [real, *qp], [q], name=self.unique(q + "/QuantizeLinear")),
+                helper.make_node("DequantizeLinear", [q, *qp], [name], name=self.unique(name + "/DequantizeLinear"))]
+            name = real
         aft = self.tfl.ActivationFunctionType
         if fused == aft.NONE:
             return name
@@ -229,7 +296,7 @@ class _Importer:
             op, extra = "Tanh", []
         else:
             raise self.error(f"fused activation {fused} is not supported")
-        self._pending_activation[pre] = helper.make_node(op, [pre, *extra], [name], name=self.unique(name + "/" + op))
+        self._pending_after[pre] = [helper.make_node(op, [pre, *extra], [name], name=self.unique(name + "/" + op))]
         return pre
 
     def options(self, op: Any, cls_name: str) -> Any:
@@ -506,14 +573,19 @@ class _Importer:
         for k in range(g.InputsLength()):
             idx = g.Inputs(k)
             t = self.tensor(idx)
-            if t.Type() != 0:
-                raise ModelError(f"{self.source}: input {self.tname(idx)!r} has TFLite type {t.Type()}; only float32 "
-                                 "inputs are imported (full-integer models need int8 kernels)")
+            if t.Type() not in (0, *_QUANTIZED):
+                raise ModelError(f"{self.source}: input {self.tname(idx)!r} has TFLite type {t.Type()}; only float32, "
+                                 "int8 and uint8 inputs are imported")
             name = self.unique(self.tname(idx))
             shape = self.shape(idx)
             nchw = self.io_nchw and len(shape) == 4
             self.values[idx] = _Value(name, nchw)
-            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, _io_shape(shape, nchw)))
+            graph_inputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES[t.Type()], _io_shape(shape, nchw)))
+            qp = self.quant_params(idx)
+            if qp is not None:
+                real = self.unique(name + "/real")
+                self.node("DequantizeLinear", [name, *qp], [real])
+                self.values[idx] = _Value(real, nchw)
         unsupported: list[str] = []
         for k in range(g.OperatorsLength()):
             op = g.Operators(k)
@@ -542,11 +614,16 @@ class _Importer:
             want = self.graph_outputs[idx]
             shape = self.shape(idx)
             nchw = self.io_nchw and len(shape) == 4
-            self.node("Identity", [self.value(idx, nchw)], [want])
+            qp = self.quant_params(idx)
+            if qp is not None:  # on the grid already: quantizing again gives TFLite's integers exactly
+                self.node("QuantizeLinear", [self.value(idx, nchw), *qp], [want])
+            else:
+                self.node("Identity", [self.value(idx, nchw)], [want])
             elem = _ONNX_TYPES.get(self.tensor(idx).Type(), TensorProto.FLOAT)
             graph_outputs.append(helper.make_tensor_value_info(want, elem, _io_shape(shape, nchw)))
         graph = helper.make_graph(self.nodes, os.path.splitext(os.path.basename(self.source))[0] or "tflite",
-                                  graph_inputs, graph_outputs, initializer=self.inits)
+                                  graph_inputs + self.state_inputs, graph_outputs + self.state_outputs,
+                                  initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                                   producer_name="gpubackend.importers.tflite", producer_version="1")
         model.ir_version = 8
@@ -607,6 +684,11 @@ class _Importer:
             "STRIDED_SLICE": lambda op, ins, outs: self.strided_slice(op, ins, outs[0]),
             "SOFTMAX": lambda op, ins, outs: self.softmax(op, ins, outs[0]),
             "DEQUANTIZE": lambda op, ins, outs: self.dequantize_op(ins[0], outs[0]),
+            "QUANTIZE": lambda op, ins, outs: self.unary("Identity", ins, outs[0]),  # output() quantizes
+            "VAR_HANDLE": lambda op, ins, outs: self.var_handle(op, outs[0]),
+            "CALL_ONCE": lambda op, ins, outs: self.call_once(op),
+            "READ_VARIABLE": lambda op, ins, outs: self.read_variable(ins[0], outs[0]),
+            "ASSIGN_VARIABLE": lambda op, ins, outs: self.assign_variable(ins[0], ins[1]),
             "DENSIFY": lambda op, ins, outs: set_const(outs[0], self.densify(ins[0])),
             "TRANSPOSE_CONV": lambda op, ins, outs: self.builtin_transpose_conv(op, ins, outs[0]),
             "Convolution2DTransposeBias": lambda op, ins, outs: self.mediapipe_transpose_conv(op, ins, outs[0]),
@@ -641,13 +723,80 @@ class _Importer:
         self.node("Softmax", [x], [self.output(out, False)], axis=-1)
 
     def dequantize_op(self, src: int, out: int) -> None:
-        if not self.is_const(src):
-            raise self.error("DEQUANTIZE of a run-time tensor (quantized activations) is not supported; "
-                             "only constant fp16 / int8 weights are dequantised at import")
+        if not self.is_const(src):  # a quantized activation: its value is already the real one
+            self.unary("Identity", [src], out)
+            return
         arr = self.consts[src] if src in self.consts else self.const(src, dequantize=False)
         if arr.dtype in (np.int8, np.uint8, np.int16):
             arr = self.dequantize(src, arr)
         self.consts[out] = arr.astype(np.float32)
+
+    # -- resource variables (streaming state) ------------------------------------------------------
+    def var_handle(self, op: Any, out: int) -> None:
+        o = self.options(op, "VarHandleOptions")
+        shared = (o.SharedName() or b"").decode("utf-8", "replace") if o is not None else ""
+        self.resources[out] = shared or self.tname(out)
+
+    def call_once(self, op: Any) -> None:
+        """Read the values the init subgraph assigns (VAR_HANDLE + ASSIGN_VARIABLE of constants)."""
+        index = self.options(op, "CallOnceOptions").InitSubgraphIndex()
+        sub = self.model.Subgraphs(index)
+        handles: dict[int, str] = {}
+        for k in range(sub.OperatorsLength()):
+            sop = sub.Operators(k)
+            oc = self.model.OperatorCodes(sop.OpcodeIndex())
+            name = self.op_names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "")
+            if name == "VAR_HANDLE":
+                o = self.tfl.VarHandleOptions()
+                tab = sop.BuiltinOptions()
+                o.Init(tab.Bytes, tab.Pos)
+                handles[sop.Outputs(0)] = o.SharedName().decode("utf-8", "replace")
+            elif name == "ASSIGN_VARIABLE":
+                t = sub.Tensors(sop.Inputs(1))
+                buf = self.model.Buffers(t.Buffer())
+                if buf is None or buf.DataLength() == 0 or t.Type() not in _NP_TYPES:
+                    raise self.error("CALL_ONCE init subgraph assigns a non-constant value")
+                value = np.frombuffer(buf.DataAsNumpy().tobytes(), _NP_TYPES[t.Type()]).reshape(t.ShapeAsNumpy())
+                self._init_values[handles[sop.Inputs(0)]] = value.copy()
+            else:
+                raise self.error(f"CALL_ONCE init subgraph runs {name or 'a custom op'}; only variable "
+                                 "initialisation is imported")
+
+    def _variable(self, resource: int) -> str:
+        if resource not in self.resources:
+            raise self.error(f"{self.tname(resource)!r} is not a VAR_HANDLE resource")
+        return self.resources[resource]
+
+    def read_variable(self, resource: int, out: int) -> None:
+        var = self._variable(resource)
+        if var in self._state_names:
+            raise self.error(f"variable {var!r} is read twice")
+        t = self.tensor(out)
+        if t.Type() not in _ONNX_TYPES:
+            raise self.error(f"variable {var!r} has TFLite type {t.Type()}")
+        name = self.unique(var)
+        self._state_names[var] = name
+        self.state_inputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES[t.Type()], list(self.shape(out))))
+        if var in self._init_values:
+            self.initial_state[name] = self._init_values[var].reshape(self.shape(out))
+        self.values[out] = _Value(name, False)
+        qp = self.quant_params(out)
+        if qp is not None:
+            real = self.unique(name + "/real")
+            self.node("DequantizeLinear", [name, *qp], [real])
+            self.values[out] = _Value(real, False)
+
+    def assign_variable(self, resource: int, src: int) -> None:
+        var = self._variable(resource)
+        t = self.tensor(src)
+        name = self.unique(self._state_names.get(var, var) + "/next")
+        qp = self.quant_params(src)
+        if qp is not None:
+            self.node("QuantizeLinear", [self.value(src, False), *qp], [name])
+        else:
+            self.node("Identity", [self.value(src, False)], [name])
+        self.state_outputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES.get(t.Type(), TensorProto.FLOAT),
+                                                                list(self.shape(src))))
 
     def builtin_transpose_conv(self, op: Any, ins: list[int], out: int) -> None:
         o = self.options(op, "TransposeConvOptions")  # inputs: output_shape, weights, input, [bias]
@@ -684,3 +833,13 @@ def tflite_to_onnx(model: str | os.PathLike | bytes, layout: str = "nhwc") -> on
     if data[4:8] != TFLITE_MAGIC:
         raise ModelError(f"{source}: not a TFLite flatbuffer (no 'TFL3' identifier)")
     return _Importer(data, source, layout).run()
+
+
+def tflite_initial_state(model: str | os.PathLike | bytes) -> dict[str, np.ndarray]:
+    """The values a stateful model's CALL_ONCE assigns to its variables, by state input name (feed
+    these to the first run; later runs take the previous run's ``<name>/next`` outputs). Empty
+    for a model without variables."""
+    data = open(os.fspath(model), "rb").read() if isinstance(model, (str, os.PathLike)) else bytes(model)
+    importer = _Importer(data, os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<tflite bytes>")
+    importer.run()
+    return dict(importer.initial_state)

@@ -2,7 +2,7 @@
 (``gpubackend zoo fetch``), each with a realistic input. See docs/zoo.md."""
 
 from .cache import ZooFetchError, cache_dir, fetch, fetch_all, is_fetched, model_path
-from .manifest import BY_NAME, MODELS, ZooModel
+from .manifest import BY_NAME, MODELS, TFLITE_MODELS, ZooModel
 
-__all__ = ["BY_NAME", "MODELS", "ZooFetchError", "ZooModel", "cache_dir", "fetch", "fetch_all", "is_fetched",
-           "model_path"]
+__all__ = ["BY_NAME", "MODELS", "TFLITE_MODELS", "ZooFetchError", "ZooModel", "cache_dir", "fetch", "fetch_all",
+           "is_fetched", "model_path"]

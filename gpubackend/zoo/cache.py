@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import GpuBackendError
-from .manifest import BY_NAME, MODELS, ZooModel
+from .manifest import BY_NAME, ZooModel
 
 ENV_DIR = "GPUBACKEND_ZOO_DIR"
 
@@ -167,7 +167,7 @@ def fetch_all(names: Iterable[str] | None = None, quiet: bool = True,
               progress: Callable[[str, Path], None] | None = None) -> dict[str, Path]:
     """Fetch several models (default: all), each archive downloaded once."""
     out = {}
-    for name in names or [m.name for m in MODELS]:
+    for name in names or list(BY_NAME):
         out[name] = fetch(name, quiet=quiet)
         if progress:
             progress(name, out[name])

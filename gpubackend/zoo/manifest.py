@@ -46,7 +46,7 @@ class ZooModel:
 
     @property
     def filename(self) -> str:
-        return f"{self.name}.onnx"
+        return f"{self.name}.tflite" if self.member.endswith(".tflite") else f"{self.name}.onnx"
 
     def shape(self, small: bool = False) -> tuple[int, ...]:
         return self.small_shape if small and self.small_shape else self.input_shape
@@ -107,4 +107,16 @@ MODELS: tuple[ZooModel, ...] = (
              source_note="shipped inside gpubackend (tools/convert_selfie_tflite.py)"),
 )
 
-BY_NAME: dict[str, ZooModel] = {m.name: m for m in MODELS}
+# .tflite models (read through gpubackend.importers.tflite, checked against the TFLite interpreter in
+# tests/test_tflite_int8.py rather than against onnxruntime with the ONNX models above).
+TFLITE_MODELS: tuple[ZooModel, ...] = (
+    ZooModel("microwakeword_hey_jarvis",
+             "wake-word detection, full-integer int8 streaming model (microWakeWord 'Hey Jarvis': int8 "
+             "conv / depthwise / dense, six state variables)",
+             "pymicro-wakeword", "2.5.0", "pymicro_wakeword/models/hey_jarvis.tflite",
+             "21a7976add39ee24ec96c63d96b7aaa18e24d1d9824b963e451da8feb4b78b77", "Apache-2.0",
+             "serving_default_input_audio_0", (1, 3, 40), "audio_features",
+             source_note="int8 spectrogram features (3 frames x 40 bins) per run; state fed back between runs"),
+)
+
+BY_NAME: dict[str, ZooModel] = {m.name: m for m in (*MODELS, *TFLITE_MODELS)}
