@@ -170,3 +170,20 @@ def test_segment_survives_a_killed_ray_worker(folder: Path, tmp_path: Path, loca
     assert s["counts"] == {"done": 4, "skipped": 0, "error": 1}
     _compare_with_local(folder, tmp_path / "ray", tmp_path / "local")
     assert not list((tmp_path / "ray").rglob("*.partial*"))
+
+
+def test_throughput_script_runs_the_local_scenarios(tmp_path: Path) -> None:
+    """benchmarks/bench_segment.py (the lead times it at 200 frames on a quiet machine) on 3 tiny frames."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_segment.py"), "--frames", "3",
+                           "--size", "96x64", "--scenarios", "local-video,local-images", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [r["scenario"] for r in rows] == ["local-video", "local-images"]
+    assert all(r["frames"] == 3 and r["stage_seconds"]["inference"] > 0 for r in rows)
+    assert "| local-images |" in proc.stdout
