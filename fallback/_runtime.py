@@ -159,6 +159,39 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     return out
 
 
+def elementwise(fn: Callable[[np.ndarray, np.ndarray | None], np.ndarray], x: np.ndarray,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """``fn(x, out)`` for an element-wise float function that writes its result into ``out`` (a new
+    array when None), split over the kernel threads in contiguous runs of elements."""
+    if (_kernel_threads.get() <= 1 or x.size < 2 * MIN_PART_WORK or x.dtype.kind != "f"
+            or not x.flags.c_contiguous or (out is not None and (not out.flags.c_contiguous or out.shape != x.shape
+                                                                  or out.dtype != x.dtype))):
+        return fn(x, out)
+    if out is None:
+        out = np.empty_like(x)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    parallel(lambda a, b: fn(xf[a:b], of[a:b]), x.size, x.size)
+    return out
+
+
+def binary(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``ufunc(a, b, out=out)`` (broadcasting into ``out``'s shape), split over the kernel threads
+    along the first axis of ``out`` long enough to give every thread a part."""
+    threads = _kernel_threads.get()
+    axis = next((k for k, d in enumerate(out.shape) if d >= threads), None)
+    if threads <= 1 or out.size < 2 * MIN_PART_WORK or axis is None:
+        return ufunc(a, b, out=out)
+    ops = [v.reshape((1,) * (out.ndim - v.ndim) + v.shape) for v in (a, b)]
+    lead = (slice(None),) * axis
+
+    def part(i: int, j: int) -> None:
+        cut = lead + (slice(i, j),)
+        ufunc(*(v[cut] if v.shape[axis] > 1 else v for v in ops), out=out[cut])
+
+    parallel(part, out.shape[axis], out.size)
+    return out
+
+
 # glibc mallopt parameters
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

@@ -109,3 +109,32 @@ def test_parts_see_the_callers_errstate_and_outside_the_scope_nothing_splits(mon
     calls = []
     _runtime.parallel(lambda a, b: calls.append((a, b)), 64, work=10**9)
     assert calls == [(0, 64)]
+
+
+@pytest.mark.parametrize("op,attrs", [("Relu", {}), ("Sigmoid", {}), ("HardSwish", {}), ("Tanh", {}),
+                                      ("LeakyRelu", {"alpha": 0.1}), ("HardSigmoid", {}), ("Clip", {})])
+def test_activations_threads_match_one_thread(op: str, attrs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    x = np.random.default_rng(1).standard_normal((1, 5, 7, 9)).astype(np.float32) * 10
+    x.reshape(-1)[[0, 7, 100]] = [np.nan, np.inf, -np.inf]
+    inputs = [x, np.float32(-1.0), np.float32(2.5)] if op == "Clip" else [x]
+    one, many = _run_both(op, inputs, attrs)
+    np.testing.assert_array_equal(many, one)
+
+
+@pytest.mark.parametrize("shapes", [((2, 6, 5, 4), (2, 6, 5, 4)), ((1, 6, 5, 4), (6, 1, 1)), ((3, 1, 4), (5, 1)),
+                                    ((1, 8, 1, 1), (1, 8, 3, 3))])
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_binary_threads_match_one_thread(op: str, shapes: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    monkeypatch.setattr(fallback.elementwise, "_THREADED_BINARY_MIN", 1)
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    b.reshape(-1)[0] = 0.0
+    one, many = _run_both(op, [a, b], {})
+    np.testing.assert_array_equal(many, one)
+    out = np.empty_like(one)
+    with fallback.kernel_threads(3), np.errstate(all="ignore"):
+        fallback.binary(getattr(np, {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}[op]),
+                        a, b, out)
+    np.testing.assert_array_equal(out, one)

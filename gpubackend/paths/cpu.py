@@ -89,7 +89,7 @@ def _in_place(ufunc: Any, target: int, kernel: Any) -> Any:
         if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype.kind == "f"
                 and t.flags.writeable and t.flags.c_contiguous and other.ndim <= t.ndim
                 and all(o in (1, s) for o, s in zip(reversed(other.shape), reversed(t.shape)))):
-            return [ufunc(a, b, out=t)]
+            return [fallback.binary(ufunc, a, b, out=t)]
         return kernel(inputs, attrs, opset)
 
     return run
