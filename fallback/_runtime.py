@@ -147,10 +147,11 @@ def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> Non
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(a, b, out=out)`` for a (..., M, K) @ (..., K, N) GEMM, split over the kernel
     threads along N (or along M when M is the larger), each part one BLAS call per matrix."""
-    if out is None:
-        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                       dtype=np.result_type(a, b))
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if _kernel_threads.get() <= 1 or m * n * k < 2 * MIN_PART_WORK:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=np.result_type(a, b))
     work = out.size * k
     if n >= m:
         parallel(lambda i, j: np.matmul(a, b[..., i:j], out=out[..., i:j]), n, work)
