@@ -138,3 +138,13 @@ def test_binary_threads_match_one_thread(op: str, shapes: tuple, monkeypatch: py
         fallback.binary(getattr(np, {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}[op]),
                         a, b, out)
     np.testing.assert_array_equal(out, one)
+
+
+def test_resize_linear_x2_threads_match_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    x = np.random.default_rng(4).standard_normal((1, 5, 6, 7)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    scales = np.array([1, 1, 2, 2], np.float32)
+    one, many = _run_both("Resize", [x, None, scales], dict(mode="linear",
+                                                           coordinate_transformation_mode="half_pixel"))
+    np.testing.assert_array_equal(many, one)
