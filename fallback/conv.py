@@ -386,7 +386,7 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
     isize = math.prod(insp)
     # cols[n, g, (mg, taps), pixels] = W_g^T @ X_g
     wt = w.reshape(group, cg, mg * ksize).transpose(0, 2, 1)
-    cols = np.matmul(wt, x.reshape(n, group, cg, isize))
+    cols = matmul(wt, x.reshape(n, group, cg, isize))
     cols = cols.reshape(n, m, *kernel, *insp)
     full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, insp, kernel, dil)]
     if (strides == kernel and all(d == 1 for d in dil) and not any(pb) and out == full):
@@ -400,11 +400,15 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
         start = [p + o for p, o in zip(pb, off)]
         buf_shape = [max(f + o, s + u) for f, o, s, u in zip(full, off, start, out)]
         buf = np.zeros((n, m, *buf_shape), dtype=cols.dtype)
-        for tap in np.ndindex(*kernel):
-            sl = (slice(None), slice(None)) + tuple(
-                slice(t * d + o, t * d + o + (i - 1) * s + 1, s)
-                for t, d, o, i, s in zip(tap, dil, off, insp, strides))
-            buf[sl] += cols[(slice(None), slice(None)) + tap]
+
+        def channels(c0: int, c1: int) -> None:
+            for tap in np.ndindex(*kernel):
+                sl = (slice(None), slice(c0, c1)) + tuple(
+                    slice(t * d + o, t * d + o + (i - 1) * s + 1, s)
+                    for t, d, o, i, s in zip(tap, dil, off, insp, strides))
+                buf[sl] += cols[(slice(None), slice(c0, c1)) + tap]
+
+        parallel(channels, m, cols.size)
         y = buf[(slice(None), slice(None)) + tuple(slice(s, s + u) for s, u in zip(start, out))]
         if y.shape != buf.shape:
             y = np.ascontiguousarray(y)
