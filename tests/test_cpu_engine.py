@@ -73,6 +73,16 @@ def test_one_onnxruntime_session_per_shape_signature() -> None:
     assert len(segments) == 2 and all(len(seg._sessions) == 1 for seg in segments)
 
 
+def test_session_config_entries_reach_the_onnxruntime_engine() -> None:
+    opts = gpubackend.SessionOptions()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = gpubackend.Session(_conv_act_model("Relu"), path="cpu", cpu_engine="onnxruntime", options=opts)
+    x = np.random.default_rng(0).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    sess.run({"x": x})
+    (ort_sess,) = [s for v in sess._variants.values() for seg in v.segments for s in seg._sessions.values()]
+    assert ort_sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 @pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
 def test_run_time_node_failure_is_a_gpubackend_error(engine: str) -> None:
     sess = gpubackend.Session(_dynamic_gather_model(), path="cpu", cpu_engine=engine)

@@ -255,9 +255,10 @@ class OnnxruntimeSegment(Segment):
     engine = "onnxruntime"
 
     def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
-                 threads: int = 0, blas_threads: int = 1):
+                 threads: int = 0, blas_threads: int = 1, config: dict[str, str] | None = None):
         super().__init__("cpu", nodes, inputs, outputs)
         self._threads = threads
+        self._config = dict(config or {})
         self._blas_threads = blas_threads
         self._graph = graph
         self._sessions: dict[tuple, Any] = {}
@@ -283,6 +284,8 @@ class OnnxruntimeSegment(Segment):
         opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
         opts.intra_op_num_threads = self._threads
+        for key, value in self._config.items():
+            opts.add_session_config_entry(key, value)
         if profile_prefix:
             opts.enable_profiling = True
             opts.profile_file_prefix = profile_prefix
@@ -350,16 +353,19 @@ class CpuPath(Path):
     """``engine``: see :func:`resolve_engine`. ``blas_threads``: NumPy BLAS threads during a numpy
     run (None: 1, see ``fallback._runtime``); ``ort_threads``: intra-op threads of either engine (0:
     the default, onnxruntime's one per physical core, or for numpy one kernel thread per usable core,
-    see ``fallback.kernel_threads``)."""
+    see ``fallback.kernel_threads``); ``ort_config``: session config entries for the onnxruntime
+    engine's sessions (``SessionOptions.add_session_config_entry``)."""
 
     key = "cpu"
 
     def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
-                 engine: str = "auto", blas_threads: int | None = None, ort_threads: int = 0):
+                 engine: str = "auto", blas_threads: int | None = None, ort_threads: int = 0,
+                 ort_config: dict[str, str] | None = None):
         super().__init__(precision, disabled_kernels)
         self.engine = resolve_engine(engine)
         self.blas_threads = blas_threads or 1
         self.ort_threads = ort_threads
+        self.ort_config = dict(ort_config or {})
 
     def decline(self, node: Node, graph: Graph) -> str | None:
         if node.op_type not in fallback.supported_ops(node.domain):
@@ -369,10 +375,11 @@ class CpuPath(Path):
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         if self.engine == "onnxruntime":
-            return OnnxruntimeSegment(nodes, graph, inputs, outputs, self.ort_threads, self.blas_threads)
+            return OnnxruntimeSegment(nodes, graph, inputs, outputs, self.ort_threads, self.blas_threads,
+                                      self.ort_config)
         return NumpySegment(nodes, graph, inputs, outputs, self.blas_threads, self.ort_threads)
 
 
 def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), engine: str = "auto",
-           blas_threads: int | None = None, ort_threads: int = 0) -> CpuPath:
-    return CpuPath(precision, disabled_kernels, engine, blas_threads, ort_threads)
+           blas_threads: int | None = None, ort_threads: int = 0, ort_config: dict[str, str] | None = None) -> CpuPath:
+    return CpuPath(precision, disabled_kernels, engine, blas_threads, ort_threads, ort_config)
