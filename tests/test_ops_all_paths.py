@@ -137,6 +137,15 @@ CASES = [
     Case("tile_3d", "Tile", {}, {"x": (2, 3, 5)}, {"repeats": _i64(2, 1, 3)}, declines=frozenset({"gles3", "gles2"})),
     Case("depthtospace_crd", "DepthToSpace", {"blocksize": 2, "mode": "CRD"}, {"x": (1, 8, 3, 2)},
          declines=frozenset({"gles3", "gles2"})),
+    # standalone BatchNormalization (channel packed or not) and attention-style rank-4 MatMul
+    Case("batchnorm_rank4", "BatchNormalization", {"epsilon": 1e-3}, {"x": (2, 5, 3, 4)},
+         {"scale": _w(5), "b": _w(5, seed=2), "mean": _w(5, seed=3), "var": np.abs(_w(5, seed=4)) + 0.5},
+         declines=frozenset({"gles3", "gles2"})),
+    Case("batchnorm_rank3", "BatchNormalization", {}, {"x": (2, 5, 7)},
+         {"scale": _w(5), "b": _w(5, seed=2), "mean": _w(5, seed=3), "var": np.abs(_w(5, seed=4)) + 0.5},
+         declines=frozenset({"gles3", "gles2"})),
+    Case("matmul_rank4_broadcast", "MatMul", {}, {"a": (1, 6, 5, 7), "b": (2, 1, 7, 3)},
+         declines=frozenset({"gles3"})),
     Case("spacetodepth", "SpaceToDepth", {"blocksize": 2}, {"x": (1, 3, 4, 6)}, declines=frozenset({"gles3", "gles2"})),
 ]
 

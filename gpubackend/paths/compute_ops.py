@@ -181,11 +181,59 @@ def _softmax_axis(node: Node, graph: Graph, precision: str) -> list[Record]:
                    (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
 
 
+def _batchnorm(node: Node, graph: Graph, precision: str) -> list[Record]:
+    x, y = node.inputs[0], node.outputs[0]
+    if len([o for o in node.outputs if o]) > 1:
+        raise Decline("training-mode outputs (running mean / variance)")
+    if len(node.inputs) != 5:
+        raise Decline(f"{len(node.inputs)} inputs (5 expected)")
+    xs = ck._float_tensor(graph, x, MAX_RANK)
+    if len(xs) < 2:
+        raise Decline("input of rank < 2")
+    eps = ops.require(node, graph, ops.NormRecord).epsilon
+    scale, bias, mean, var = (np.asarray(ck._const(graph, node, i, what), np.float64).reshape(-1)
+                              for i, what in ((1, "scale"), (2, "B"), (3, "mean"), (4, "var")))
+    if not scale.size == bias.size == mean.size == var.size == xs[1]:
+        raise Decline(f"per-channel inputs do not all have {xs[1]} values")
+    mul = scale / np.sqrt(var + eps)
+    add = bias - mean * mul
+    d0, d1, d2, c4, c = ck.mem_dims(xs)
+    total = d0 * d1 * d2 * c4
+    packed = ck.view4(xs)[1] == 1 or len(xs) == 2  # the channel axis is the packed one
+    inner = math.prod(xs[2:-1]) * c4 if not packed else 1
+    groups, local = ck._grid_flat(total)
+    params = (("total", total), ("c4s", c4), ("c", c), ("ch_packed", int(packed)), ("inner", inner), ("nch", xs[1]))
+    return [Kernel("affine", "compute/affine.comp", ck._variant(precision), params,
+                   (Binding("in", x), Binding("const", f"{node.name}/mul", ck.pack(mul), True),
+                    Binding("const", f"{node.name}/add", ck.pack(add), True), Binding("out", y)),
+                   groups, local, node.name)]
+
+
+def _matmul4(node: Node, graph: Graph, precision: str) -> list[Record]:
+    """Both operands rank 4 and packed on axis 1 (attention heads): heads multiply lane by lane."""
+    a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    sa, sb, sy = ck._float_tensor(graph, a), ck._float_tensor(graph, b), ck._shape(graph, y)
+    if ops.require(node, graph, ops.MatMulRecord).act is not None:
+        raise Decline("a fused activation")
+    if not len(sa) == len(sb) == 4:
+        raise Decline("not two rank-4 operands")
+    n, h, m, pn, k = sy[0], sy[1], sa[2], sb[3], sa[3]
+    if sb[2] != k or sy != (n, h, m, pn) or sa[0] not in (1, n) or sb[0] not in (1, n) \
+            or sa[1] not in (1, h) or sb[1] not in (1, h):
+        raise Decline(f"shapes {sa} x {sb} -> {sy}")
+    h4 = (h + 3) // 4
+    groups, local = ck._grid_flat(n * m * pn * h4)
+    params = (("n", n), ("h4", h4), ("h", h), ("m", m), ("k", k), ("pn", pn), ("a_n", int(sa[0] > 1)),
+              ("b_n", int(sb[0] > 1)), ("a_splat", int(sa[1] == 1 < h)), ("b_splat", int(sb[1] == 1 < h)))
+    return [Kernel("matmul4", "compute/matmul4.comp", ck._variant(precision), params,
+                   (Binding("in", a), Binding("in", b), Binding("out", y)), groups, local, node.name)]
+
+
 def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     """Every (shader, defines) variant this module's generators emit."""
     out = []
     for prec in ck.PRECISIONS:
-        for shader in ("gather", "reduce", "softmax_axis"):
+        for shader in ("gather", "reduce", "softmax_axis", "affine", "matmul4"):
             out.append((f"compute/{shader}.comp", ck._variant(prec)))
     return out
 
@@ -196,6 +244,8 @@ def _register() -> None:
         reg[op] = [("gather", _gather_map)]
     for op in (*_RESHAPES, "Transpose"):  # the relayout kernel first (or a zero-copy alias) up to rank 4
         reg[op] = [c for c in reg.get(op, []) if c[0] != "gather"] + [("gather", _gather_map)]
+    reg["BatchNormalization"] = [("affine", _batchnorm)]
+    reg["MatMul"] = [c for c in reg.get("MatMul", []) if c[0] != "matmul4"] + [("matmul4", _matmul4)]
     for op in _REDUCE_OPS:
         reg[op] = [("reduce", _reduce)]
     for op in ("Softmax", "LogSoftmax"):
