@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._registry import fail, ints_attr, sattr
-from ._runtime import parallel
+from ._runtime import empty, parallel
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -165,7 +165,8 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
     phases_h, phases_w, hq, wq, copies, offsets = _phase_plan(
         h, wd, tuple(pad_begin), tuple(out), tuple(strides), tuple(dil), tuple(kernel))
     shape = (len(phases_h), len(phases_w), n, c, hq, wq)
-    planes = np.zeros(shape, dtype=x.dtype) if fill == 0 else np.full(shape, fill, dtype=x.dtype)
+    planes = empty(shape, x.dtype)
+    planes.fill(fill)
 
     def channels(c0: int, c1: int) -> None:
         for ai, bi, dst, src in copies:

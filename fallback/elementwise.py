@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._registry import FallbackError, fail, need, opt, register
-from ._runtime import binary, current_threads, elementwise
+from ._runtime import binary, current_threads, elementwise, empty
 
 try:  # scipy is optional: it is only the fast path for Erf
     from scipy.special import erf as _scipy_erf
@@ -348,7 +348,7 @@ def _binary(op: str, fn) -> None:
         a, b = _operands(op, inputs, attrs, opset)
         if (ufunc is not None and a.dtype.kind == "f" and a.dtype == b.dtype
                 and max(a.size, b.size) >= _THREADED_BINARY_MIN and current_threads() > 1):
-            return [binary(ufunc, a, b, np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=a.dtype))]
+            return [binary(ufunc, a, b, empty(np.broadcast_shapes(a.shape, b.shape), a.dtype))]
         return [fn(a, b)]
 
     kernel.__name__ = f"k_{op.lower()}"

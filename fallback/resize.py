@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ._registry import FallbackError, as_int_list, fail, iattr, need, norm_axis, opt, register, sattr
-from ._runtime import parallel
+from ._runtime import empty, parallel
 
 _CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
          "tf_crop_and_resize", "tf_half_pixel_for_nn")
@@ -165,7 +165,7 @@ def _linear_x2(x: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
     n = x.shape[axis]
     lead, trail = x.shape[:axis], x.shape[axis + 1:]
     x3 = x.reshape(math.prod(lead), n, math.prod(trail))
-    y = np.empty((x3.shape[0], n, 2, x3.shape[2]), dtype=dt)
+    y = empty((x3.shape[0], n, 2, x3.shape[2]), dt)
 
     def rows(i: int, j: int) -> None:  # split over the kernel threads along the leading axes
         xs = x3[i:j]

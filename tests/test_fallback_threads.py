@@ -148,3 +148,38 @@ def test_resize_linear_x2_threads_match_one_thread(monkeypatch: pytest.MonkeyPat
     one, many = _run_both("Resize", [x, None, scales], dict(mode="linear",
                                                            coordinate_transformation_mode="half_pixel"))
     np.testing.assert_array_equal(many, one)
+
+
+def test_buffer_pool_reuses_only_buffers_nothing_refers_to() -> None:
+    pool = fallback.BufferPool()
+    shape, dt = (4, 1 << 16), np.dtype(np.float32)
+    with pool.active():
+        a = _runtime.empty(shape, dt)
+        view = a[1:]
+        assert _runtime.empty(shape, dt) is not a  # a is alive
+        del a
+        b = _runtime.empty(shape, dt)
+        assert not np.shares_memory(b, view)  # a view keeps its base alive
+        del view, b
+        c = _runtime.empty(shape, dt)  # now the first buffer is free again
+        d = _runtime.empty(shape, dt)
+        assert not np.shares_memory(c, d)
+        small = _runtime.empty((4,), dt)
+        assert _runtime.empty((4,), dt) is not small  # small buffers are not pooled
+    assert _runtime.empty(shape, dt) is not c  # outside the block: plain np.empty
+
+
+def test_numpy_engine_never_overwrites_outputs_a_caller_holds() -> None:
+    import models  # tests/models.py
+
+    import gpubackend
+
+    model = models.unet_like(size=256)  # its 256 KiB output is a pooled buffer
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
+    rng = np.random.default_rng(5)
+    feeds = [{"input": rng.random((1, 3, 256, 256), dtype=np.float32)} for _ in range(3)]
+    held = [sess.run(f)[0] for f in feeds]  # the pool must not hand these buffers out again
+    fresh = [gpubackend.Session(model, path="cpu", cpu_engine="numpy").run(f)[0] for f in feeds]
+    for got, want in zip(held, fresh):
+        np.testing.assert_array_equal(got, want)
+    assert not np.shares_memory(held[0], held[1]) and not np.shares_memory(held[1], held[2])

@@ -98,7 +98,9 @@ def _in_place(ufunc: Any, target: int, kernel: Any) -> Any:
 class NumpySegment(Segment):
     """Runs its nodes through the ``fallback`` kernels as a plan compiled once: kernels looked up,
     constants bound and each intermediate's last use known in advance, and one floating-point
-    error state, BLAS thread and kernel thread scope around the whole run instead of one per node. A float
+    error state, BLAS thread and kernel thread scope around the whole run instead of one per node.
+    Large kernel buffers come from a ``fallback.BufferPool`` kept from run to run (no page faults
+    for fresh memory on every run; a buffer is reused only once nothing refers to it). A float
     Add/Sub/Mul/Div whose operand is a fresh intermediate read by nothing else runs in place."""
 
     engine = "numpy"
@@ -109,6 +111,8 @@ class NumpySegment(Segment):
         self._blas_threads = blas_threads
         self._threads = threads
         self._opset = graph.opset
+        self._pools: list[fallback.BufferPool] = []  # idle ones; a run takes one (runs may overlap)
+        self._pools_lock = threading.Lock()
         last_use: dict[str, int] = {}
         for idx, node in enumerate(nodes):
             for name in node.inputs:
@@ -140,11 +144,19 @@ class NumpySegment(Segment):
         return kernel
 
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        with self._pools_lock:
+            pool = self._pools.pop() if self._pools else fallback.BufferPool()
+        result = self._run(feeds, stats, pool)
+        with self._pools_lock:  # not after a failure: a traceback may still hold its buffers
+            self._pools.append(pool)
+        return result
+
+    def _run(self, feeds: dict[str, np.ndarray], stats: RunStats, pool: fallback.BufferPool) -> dict[str, np.ndarray]:
         env = dict(feeds)
         opset = self._opset
         profile = stats.profile
         with (fallback.blas_threads(self._blas_threads), fallback.kernel_threads(self._threads),
-              np.errstate(all="ignore")):
+              pool.active(), np.errstate(all="ignore")):
             for node, kernel, args, release in self._plan:
                 t0 = time.perf_counter() if profile else 0.0
                 try:
