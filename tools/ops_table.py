@@ -44,18 +44,20 @@ def _compute_candidates() -> tuple[dict[str, list[tuple[str, Callable]]], list[C
 
 def _gles3_candidates(ops: Iterable[str]) -> tuple[dict[str, list[tuple[str, Callable]]], list[Callable]]:
     from gpubackend.graph import Node
+    from gpubackend.paths.gles3 import index_ops
     from gpubackend.paths.gles3 import kernels as k3
 
     table: dict[str, list[tuple[str, Callable]]] = {}
     for op in ops:
         gen = k3._kernel_for(op)  # noqa: SLF001 - the path's op -> generator dispatch
-        if gen is None:
-            continue
-        try:  # the kernel's short name where it does not depend on the node's constants
-            name = k3.kernel_name(Node("n", op, ["x"], ["y"], {}), _EmptyGraph()) or gen.__name__
-        except Exception:  # noqa: BLE001 - names that need the node's weights
-            name = gen.__name__
-        table[op] = [(name, gen)]
+        if gen is not None:
+            try:  # the kernel's short name where it does not depend on the node's constants
+                name = k3.kernel_name(Node("n", op, ["x"], ["y"], {}), _EmptyGraph()) or gen.__name__
+            except Exception:  # noqa: BLE001 - names that need the node's weights
+                name = gen.__name__
+            table[op] = [(name, gen)]
+        if op in index_ops.GENERATORS:  # the general index kernels, tried after a specialised one
+            table.setdefault(op, []).append(index_ops.GENERATORS[op])
     from gpubackend.paths import gles3
 
     return table, [k3.build, gles3.Gles3Path.decline]

@@ -410,6 +410,7 @@ class NormRecord:
     op: str
     epsilon: float
     axis: int  # LayerNormalization's first normalised axis (normalised); 1 otherwise
+    training: bool = False  # BatchNormalization's training_mode (opset 14+): the batch's own statistics
 
 
 Record = (ConvRecord | PoolRecord | GlobalPoolRecord | GemmRecord | MatMulRecord | ResizeRecord | PadRecord
@@ -863,7 +864,8 @@ def _norm(node: Node, graph: Graph) -> NormRecord:
         axis = at.int("axis", -1)
         if xs is not None:
             axis = _norm_axis(node, "axis", axis, len(xs))
-    return NormRecord(node.op_type, eps, axis)
+    training = node.op_type == "BatchNormalization" and graph.opset >= 14 and bool(at.int("training_mode", 0, 0, 1))
+    return NormRecord(node.op_type, eps, axis, training)
 
 
 _LOWER = {

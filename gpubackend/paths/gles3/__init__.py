@@ -52,7 +52,7 @@ class Gles3Path(Path):
         self.dtype = "f2" if precision == "fp16" else "f4"
         self._check_renderable(DriverUnavailable)
         self.limits = _limits(ctx, targets, baked)
-        self._kernels: dict[tuple[int, int], tuple[Graph, Node, Kernel | str]] = {}
+        self._kernels: dict[tuple[int, int], tuple[Graph, Node, Kernel | list[Kernel] | str]] = {}
 
     def _check_renderable(self, error: type[Exception]) -> None:
         fmt = "RGBA16F" if self.dtype == "f2" else "RGBA32F"
@@ -64,13 +64,14 @@ class Gles3Path(Path):
             raise error(f"{fmt} textures are not colour-renderable here "
                         f"(EXT_color_buffer_float / EXT_color_buffer_half_float): {exc}") from exc
 
-    def kernel(self, node: Node, graph: Graph) -> Kernel | str:
+    def kernel(self, node: Node, graph: Graph) -> Kernel | list[Kernel] | str:
+        """The node's kernel, one kernel per output (Split), or the reason it is declined."""
         # Keyed by identity; the entry keeps graph and node alive so their ids are not reused.
         key = (id(graph), id(node))
         hit = self._kernels.get(key)
         if hit is None or hit[0] is not graph or hit[1] is not node:
             try:
-                k: Kernel | str = build(node, graph, self.limits)
+                k: Kernel | list[Kernel] | str = build(node, graph, self.limits)
             except (ValueError, KeyError, IndexError, TypeError) as exc:  # malformed attributes
                 k = f"cannot build the kernel: {exc}"
             hit = self._kernels[key] = (graph, node, k)
@@ -83,20 +84,32 @@ class Gles3Path(Path):
         k = self.kernel(node, graph)
         if isinstance(k, str):
             return k
-        if k.name in self.disabled_kernels:
-            return f"kernel {k.name!r} disabled by the probe"
-        if len([o for o in node.outputs if o]) != 1:
+        for one in k if isinstance(k, list) else [k]:
+            if one.name in self.disabled_kernels:
+                return f"kernel {one.name!r} disabled by the probe"
+        if not isinstance(k, list) and len([o for o in node.outputs if o]) != 1:
             return "more than one output"
         return None
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
+        steps = []
         for node in nodes:
             k = self.kernel(node, graph)
             if isinstance(k, str):
                 raise ValueError(f"gles3 cannot compile {node.name}: {k}")
+            if isinstance(k, list):  # one draw per output, each a step of its own
+                named = [o for o in node.outputs if o]
+                for i, (out, one) in enumerate(zip(named, k)):
+                    part = Node(f"{node.name}:{i}", node.op_type, node.inputs, [out], domain=node.domain)
+                    kernels[part.name] = one
+                    steps.append(part)
+                continue
             kernels[node.name] = k
-        return Gles3Segment(self.dev, self.limits, self.dtype, kernels, nodes, graph, inputs, outputs)
+            steps.append(node)
+        seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs)
+        seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
+        return seg
 
 
 def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),

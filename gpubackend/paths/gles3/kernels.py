@@ -781,21 +781,33 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
         return "unary"
     if op in _ALIAS_OPS:
         return "layout"
-    return None
+    from .index_ops import GENERATORS
+
+    return GENERATORS[op][0] if op in GENERATORS else None
 
 
-def build(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    """The kernel for ``node`` or the reason this path declines it."""
+def build(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
+    """The kernel for ``node`` (one per output for Split) or the reason this path declines it.
+    The specialised generator here goes first; the general index kernels of
+    :mod:`.index_ops` take what it declines."""
+    from .index_ops import GENERATORS
+
     if node.domain not in ("", "ai.onnx"):
         return f"domain {node.domain!r}"
     gen = _kernel_for(node.op_type)
-    if gen is None:
+    general = GENERATORS[node.op_type][1] if node.op_type in GENERATORS else None
+    if gen is None and general is None:
         return f"no gles3 kernel for {node.op_type}"
     if not node.inputs or not node.inputs[0]:
         return "no data input"
     bad = _check_float(graph, [n for n in node.inputs[:1] + node.outputs[:1]])
     if bad:
         return bad
-    if node.inputs[0] in graph.constants and node.op_type not in ("Concat", *ew.BINARY_OP_TYPES):
+    if node.inputs[0] in graph.constants and node.op_type not in ("Concat", "Sum", "Mean", "Max", "Min",
+                                                                  *ew.BINARY_OP_TYPES):
         return "data input is constant"
-    return gen(node, graph, lim)
+    first = gen(node, graph, lim) if gen is not None else None
+    if general is None or (first is not None and not isinstance(first, str)):
+        return first  # type: ignore[return-value]
+    second = general(node, graph, lim)
+    return first if isinstance(second, str) and first is not None else second

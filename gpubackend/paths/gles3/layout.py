@@ -13,22 +13,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Rank-3 (and rank > 4) views fold a last axis longer than this into rows (4-D tensors keep their
+# H and W: convolutions index them). ES 3.0 guarantees 2048-texel textures; every driver we
+# target allows 4096 or more, and a vocabulary axis (18710 in PP-OCRv6) exceeds even 16384.
+MAX_ROW = 4096
 
-def to4d(shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
-    """The NCHW view of an ONNX shape (rank 0-4), None for rank > 4.
-    [N,C,H,W] as is; [N,C,L] -> (N,C,1,L); [N,C] -> (N,C,1,1); [C] -> (1,C,1,1)."""
+
+def _rows(length: int) -> tuple[int, int]:
+    """(rows, width) with rows * width == length and width <= MAX_ROW where a divisor allows."""
+    if length <= MAX_ROW:
+        return 1, length
+    for rows in range(-(-length // MAX_ROW), length + 1):
+        if length % rows == 0:
+            return rows, length // rows
+    return 1, length  # unreachable: rows == length divides
+
+
+def to4d(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The NCHW view of an ONNX shape: a row-major reshape, so an element's linear index is the
+    same in both. [N,C,H,W] as is; [N,C,D1..Dk,W] -> (N,C,D1*..*Dk*f,W/f); [N,C,L] -> (N,C,f,L/f)
+    (f = 1 unless the last axis is longer than MAX_ROW); [N,C] -> (N,C,1,1); [C] -> (1,C,1,1)."""
     s = tuple(int(d) for d in shape)
+    if len(s) == 3 or len(s) > 4:
+        rows, width = _rows(s[-1])
+        return (s[0], s[1], math.prod(s[2:-1]) * rows, width)
     if len(s) == 4:
         return s  # type: ignore[return-value]
-    if len(s) == 3:
-        return (s[0], s[1], 1, s[2])
     if len(s) == 2:
         return (s[0], s[1], 1, 1)
     if len(s) == 1:
         return (1, s[0], 1, 1)
-    if len(s) == 0:
-        return (1, 1, 1, 1)
-    return None
+    return (1, 1, 1, 1)
 
 
 @dataclass(frozen=True)
