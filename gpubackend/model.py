@@ -73,10 +73,79 @@ def _check_types(proto: onnx.ModelProto) -> None:
     int32 or float16 weights on a float32 input): running it would mean silently casting. Other
     complaints of strict inference (unknown shapes and the like) are left to the loader."""
     try:
-        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
     except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and friends
         if _TYPE_ERROR.search(str(exc)):
             raise ModelError(f"the model breaks an operator's type constraints: {exc}") from exc
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        except Exception:  # noqa: BLE001 - the checker reports what is wrong
+            return
+    _check_schema_types(inferred)
+
+
+def _tensor_types(graph: onnx.GraphProto) -> dict[str, str]:
+    """Tensor name -> ONNX type string (``tensor(float16)``) wherever the graph says it."""
+    types: dict[str, str] = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = _type_string(vi.type.tensor_type.elem_type)
+    for init in graph.initializer:
+        types[init.name] = _type_string(init.data_type)
+    return types
+
+
+def _type_string(elem_type: int) -> str:
+    return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+
+
+def _allowed_input_types(op_type: str, opset: int, domain: str) -> tuple[list[frozenset[str] | None], bool] | None:
+    """Per formal input of the op's schema, the tensor types it accepts (None: no tensor constraint
+    to check), and whether the last input is variadic; None when onnx has no schema for the op."""
+    key = (op_type, opset, domain)
+    if key not in _SCHEMA_TYPES:
+        try:
+            schema = onnx.defs.get_schema(op_type, opset, domain)
+        except Exception:  # noqa: BLE001 - unknown op: the checker and the planner say so
+            _SCHEMA_TYPES[key] = None
+            return None
+        constraints = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+        allowed: list[frozenset[str] | None] = []
+        for formal in schema.inputs:
+            types = constraints.get(formal.type_str, [formal.type_str])
+            tensors = frozenset(t for t in types if t.startswith("tensor("))
+            allowed.append(tensors or None)
+        variadic = bool(schema.inputs) and schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+        _SCHEMA_TYPES[key] = (allowed, variadic)
+    return _SCHEMA_TYPES[key]
+
+
+_SCHEMA_TYPES: dict[tuple[str, int, str], tuple[list[frozenset[str] | None], bool] | None] = {}
+
+
+def _check_schema_types(proto: onnx.ModelProto) -> None:
+    """Each node input's element type must be one its op schema allows (``onnx.defs``): strict type
+    inference checks only that operands sharing a type variable agree, so e.g. Resize ``scales``
+    given as float16 (onnxruntime refuses it) would otherwise be read as float."""
+    opsets = {imp.domain or "": imp.version for imp in proto.opset_import}
+    opsets.setdefault("", opsets.get("ai.onnx", 1))
+    types = _tensor_types(proto.graph)
+    for idx, node in enumerate(proto.graph.node):
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        if domain != "" or node.op_type == "Constant":
+            continue
+        schema = _allowed_input_types(node.op_type, opsets[""], domain)
+        if schema is None:
+            continue
+        allowed, variadic = schema
+        for i, name in enumerate(node.input):
+            slot = allowed[i] if i < len(allowed) else allowed[-1] if variadic else None
+            if not name or name not in types or slot is None:
+                continue
+            if types[name] not in slot:
+                raise ModelError(
+                    f"node {node.name or f'#{idx}'} ({node.op_type}): input {i} {name!r} is {types[name]}; the "
+                    f"{node.op_type} schema (opset {opsets['']}) allows {', '.join(sorted(slot))}")
 
 
 def _check_topology(nodes: list[Node], available: set[str], outputs: list[str]) -> None:

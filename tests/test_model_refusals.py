@@ -85,3 +85,26 @@ def test_external_data_needs_a_model_path(tmp_path: Path, monkeypatch: pytest.Mo
             gpubackend.Session(given, path="cpu")
     assert os.getcwd() == str(planted)
 
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_an_input_type_outside_the_op_schema_is_refused(dtype) -> None:
+    # Resize's scales are tensor(float) in every opset; onnx's strict type inference does not flag
+    # a float16 or double one (no type variable to disagree on) and onnxruntime refuses the model
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], dtype), "scales")
+    model = _model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")], [scales])
+    with pytest.raises(ModelError, match=r"Resize.*'scales' is tensor\((float16|double)\).*allows tensor\(float\)"):
+        gpubackend.Session(model, path="cpu")
+
+
+def test_types_the_op_schema_allows_load() -> None:
+    # variadic inputs (Concat, Sum) and float scales pass the schema check
+    nodes = [helper.make_node("Concat", ["x", "x", "x"], ["c"], axis=1),
+             helper.make_node("Sum", ["c", "c", "c"], ["s"]),
+             helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="nearest")]
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    sess = gpubackend.Session(_model(nodes, [scales]), path="cpu")
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    (y,) = sess.run({"x": x})
+    assert y.shape == (1, 6, 8, 8)
+    np.testing.assert_array_equal(y[:, :2, ::2, ::2], 3 * x)
