@@ -96,7 +96,10 @@ def _tensor_types(graph: onnx.GraphProto) -> dict[str, str]:
 
 
 def _type_string(elem_type: int) -> str:
-    return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+    try:
+        return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+    except ValueError:  # a number no ONNX type has: no schema allows it
+        return f"tensor(<unknown type {elem_type}>)"
 
 
 def _allowed_input_types(op_type: str, opset: int, domain: str) -> tuple[list[frozenset[str] | None], bool] | None:

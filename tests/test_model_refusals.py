@@ -108,3 +108,11 @@ def test_types_the_op_schema_allows_load() -> None:
     (y,) = sess.run({"x": x})
     assert y.shape == (1, 6, 8, 8)
     np.testing.assert_array_equal(y[:, :2, ::2, ::2], 3 * x)
+
+
+def test_an_element_type_no_onnx_type_has_is_a_model_error() -> None:
+    # found by the fuzzer (a flipped byte): element type 80 made the schema check raise ValueError
+    w = _w(np.float32)
+    w.data_type = 80
+    with pytest.raises(ModelError):
+        gpubackend.Session(_model([helper.make_node("Conv", ["x", "w"], ["y"])], [w]), path="cpu")
