@@ -38,6 +38,9 @@ ENV_BLAS_THREADS = "GPUBACKEND_BLAS_THREADS"
 ENV_DISABLE = "GPUBACKEND_DISABLE"
 ENV_CPU_ENGINE = "GPUBACKEND_CPU_ENGINE"
 ENV_THREAD = "GPUBACKEND_SESSION_THREAD"
+ENV_KERNEL_CHECK = "GPUBACKEND_KERNEL_CHECK"
+ENV_ISOLATION = "GPUBACKEND_ISOLATION"
+ENV_ISOLATION_TIMEOUT = "GPUBACKEND_ISOLATION_TIMEOUT"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -97,6 +100,14 @@ class SessionOptions:
     - ``max_tensor_elements``, ``max_total_bytes``, ``max_node_macs``: resource limits checked on the
       specialised graph before anything is allocated (:mod:`gpubackend.limits`; 0 disables one;
       ``GPUBACKEND_MAX_TENSOR_ELEMENTS``, ``GPUBACKEND_MAX_TOTAL_BYTES``, ``GPUBACKEND_MAX_NODE_MACS``).
+    - ``kernel_check``: check each GPU kernel against the CPU the first time it is used on this
+      driver, and move its nodes off the GPU if it disagrees (:mod:`gpubackend.kernel_check`;
+      verdicts are cached per driver; ``GPUBACKEND_KERNEL_CHECK=0`` turns it off).
+    - ``isolation``: run the session's GPU work in a child process, so a driver that crashes or
+      hangs at run time costs a re-plan onto the next path (or a DeviceError with ``fallback``
+      off), not the caller's process (:mod:`gpubackend.isolation`; ``GPUBACKEND_ISOLATION=1``).
+    - ``isolation_timeout_s``: with ``isolation``, seconds a GPU call (compile or run) may take
+      before the child counts as hung and is killed (``GPUBACKEND_ISOLATION_TIMEOUT``).
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
     ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
@@ -126,6 +137,9 @@ class SessionOptions:
     max_tensor_elements: int = DEFAULT_MAX_TENSOR_ELEMENTS
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     max_node_macs: int = DEFAULT_MAX_NODE_MACS
+    kernel_check: bool = True
+    isolation: bool = False
+    isolation_timeout_s: float = 60.0
     # onnxruntime-compatible fields (see the class docstring)
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
@@ -197,6 +211,9 @@ class SessionOptions:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise OptionError(f"{name} must be a positive int or None, not {value!r}")
+        timeout = self.isolation_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise OptionError(f"isolation_timeout_s must be a number of seconds > 0, not {timeout!r}")
         if not isinstance(self.intra_op_num_threads, int) or self.intra_op_num_threads < 0:
             raise OptionError(f"intra_op_num_threads must be an int >= 0, not {self.intra_op_num_threads!r}")
 
@@ -221,6 +238,15 @@ class SessionOptions:
             out.cpu_engine = env[ENV_CPU_ENGINE].strip()
         if env.get(ENV_THREAD, "").strip():
             out.thread = env[ENV_THREAD].strip()
+        if env.get(ENV_KERNEL_CHECK, "").strip():
+            out.kernel_check = _flag(env[ENV_KERNEL_CHECK])
+        if env.get(ENV_ISOLATION, "").strip():
+            out.isolation = _flag(env[ENV_ISOLATION])
+        if env.get(ENV_ISOLATION_TIMEOUT, "").strip():
+            try:
+                out.isolation_timeout_s = float(env[ENV_ISOLATION_TIMEOUT].strip())
+            except ValueError as exc:
+                raise OptionError(f"{ENV_ISOLATION_TIMEOUT}={env[ENV_ISOLATION_TIMEOUT]!r} is not a number") from exc
         for name in ("max_tensor_elements", "max_total_bytes", "max_node_macs"):
             var = f"GPUBACKEND_{name.upper()}"
             if env.get(var, "").strip():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from capability_probe.errors import DriverError
+
 from .errors import UnsupportedOperatorError
 from .graph import Graph, Node
 from .ops import validate as validate_attributes
@@ -30,6 +32,8 @@ def place(graph: Graph, nodes: list[Node], paths: list[Path]) -> Plan:
         for path in paths:
             try:
                 why = path.decline(node, graph)
+            except DriverError:  # the driver failed (not the node): the session decides what follows
+                raise
             except Exception as exc:  # a path's own bug must not stop planning: the node goes on
                 why = f"its check of the node failed ({type(exc).__name__}: {exc})"
             if why is None:

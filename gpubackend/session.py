@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 import numpy as np
 import onnx
 
-from . import limits, worker
+from . import isolation, kernel_check, limits, worker
 from .device_tensor import DeviceTensor, GLTextureTensor
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
 from .model import ModelLike, load_model, to_graph
 from .options import SessionOptions, override_free_dimensions
-from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path
+from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path, path_module
 from .paths.base import Path, RunStats, Segment
 from .paths.cpu import resolve_engine
 from .planner import Plan, place, segment_io
@@ -172,6 +172,7 @@ class Session:
         self.path = self._choose_path()
         self.thread_mode = self._thread_mode()
         self._paths: dict[str, Path] = {}
+        self._reference: Path | None = None
         self._broken: set[str] = set()
         self._variants: dict[tuple, _Variant] = {}
         self.stats = RunStats()
@@ -278,7 +279,6 @@ class Session:
             if key == "cpu":
                 usable.append(key)
                 continue
-            from .paths import path_module
 
             path_module(key)  # raises PathUnavailableError if this path is not built
             ok, why = self._usable(key)
@@ -331,8 +331,21 @@ class Session:
             disabled: frozenset[str] = frozenset()
             if key != "cpu" and self._report is not None and key in self._report.paths:
                 disabled = frozenset(self._report.paths[key].disabled_kernels)
-            self._paths[key] = create_path(key, self.precision, disabled, self.options)
+            if key != "cpu" and self.options.isolation:
+                path = isolation.IsolatedPath(key, self.precision, disabled, self.options)
+            else:
+                path = create_path(key, self.precision, disabled, self.options)
+            if key != "cpu" and self.options.kernel_check:
+                path = kernel_check.CheckedPath(path, path_module(key).kernel_name, self._reference_path,
+                                                kernel_check.VerdictStore.for_this_driver())
+            self._paths[key] = path
         return self._paths[key]
+
+    def _reference_path(self) -> Path:
+        """The CPU path on the NumPy reference kernels, for the first-run kernel checks."""
+        if self._reference is None:
+            self._reference = create_path("cpu", "fp32", frozenset(), replace(self.options, cpu_engine="numpy"))
+        return self._reference
 
     def _candidates(self) -> list[Path]:
         """The paths a node may run on, best first. A path the probe verified but that this
@@ -379,7 +392,8 @@ class Session:
                     (k for k in self._candidate_keys() if k != "cpu"), self.path)
                 msg = f"the {failed} path failed while preparing the model: {type(exc).__name__}: {exc}"
                 if not self.fallback or failed == "cpu" or failed in self._broken:
-                    raise PathUnavailableError(msg) from exc
+                    lost = isinstance(exc, isolation.ContextLost)  # the driver died or hung: a device failure
+                    raise (DeviceError if lost else PathUnavailableError)(msg) from exc
                 log.warning("%s; its nodes go to the next path", msg)
                 self._notes.append(msg + "; its nodes went to the next path")
                 self._broken.add(failed)

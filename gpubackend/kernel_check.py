@@ -1,0 +1,260 @@
+"""The per-kernel first-run check: before a session first places a node on a GPU kernel that has
+not been checked on this driver, that kernel runs the node (its real attributes, weights and
+shapes, on seeded random inputs) and the result is compared with the CPU reference kernels
+(``fallback``). A kernel that disagrees is declined for every node of the session (they go to
+the next path, cpu last, and ``explain()`` says why); the verdict, pass or fail, is cached.
+
+Why beside the probe: the probe's canary verifies a tier with a few fixed cases, so a fault in one
+kernel (a driver miscompiling one shader) passes it; checking each kernel the first time it is
+used catches that before it returns a wrong answer, at the cost of one extra run of one node per
+kernel and driver. Verdicts live in ``<cache dir>/kernel-checks-<probe key>.json``: the probe's
+cache key already hashes the driver files, the kernel sources and ``GPUBACKEND_FAULT``, so a new
+driver or changed shader is checked again. A kernel is the path module's ``kernel_name`` (e.g.
+``conv``, ``depthwise``, ``gemm``), so one configuration vouches for the kernel on this driver.
+
+``SessionOptions.kernel_check`` (``GPUBACKEND_KERNEL_CHECK=0``) turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path as FilePath
+from typing import Any
+
+import numpy as np
+
+from .graph import Graph, Node
+from .paths.base import Path, RunStats, Segment
+
+log = logging.getLogger("gpubackend")
+
+# max|got - ref| / max(1, max|ref|) allowed per GPU storage precision (the project's measure; the
+# bounds are loose against real rounding so that only a kernel computing something else fails)
+TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2}
+FILE_PREFIX = "kernel-checks-"
+_SEED = 20261124
+
+
+def _shader_build_errors() -> tuple[type[BaseException], ...]:
+    from capability_probe.errors import ShaderCompileError, ShaderLinkError
+
+    return (ShaderCompileError, ShaderLinkError)
+
+
+class VerdictStore:
+    """Kernel verdicts for one driver state, in memory and (when writable) on disk. A missing,
+    corrupt or unwritable file degrades to checking again; it never raises."""
+
+    _lock = threading.Lock()
+    _memory: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, driver_key: str, directory: FilePath | None):
+        self.driver_key = driver_key
+        self.file = directory / f"{FILE_PREFIX}{driver_key}.json" if directory is not None else None
+
+    _keys: dict[tuple[tuple[str, str], ...], str] = {}
+
+    @classmethod
+    def for_this_driver(cls) -> VerdictStore:
+        """The store for the driver this process loads, keyed like the probe's verdict cache. The
+        key (about 0.1 s to compute: it stats the driver files and sources) is remembered per
+        value of the environment variables it reads."""
+        import os
+
+        from capability_probe import cache
+        from capability_probe.runner import canaries
+
+        env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(cache.ENV_KEYS_PREFIXES)))
+        key = cls._keys.get(env)
+        if key is None:
+            key = cls._keys[env] = cache.cheap_key(canaries(), {"kernel_check": 1})[0]
+        return cls(key, cache.cache_dir())
+
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        mem = self._memory.get(self.driver_key)
+        if mem is None:
+            mem = self._memory[self.driver_key] = self._read()
+        return mem
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if self.file is None:
+            return {}
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("key") != self.driver_key:
+            return {}
+        if not isinstance(data.get("kernels"), dict):
+            return {}
+        return {k: v for k, v in data["kernels"].items()
+                if isinstance(v, dict) and isinstance(v.get("ok"), bool) and isinstance(v.get("detail", ""), str)}
+
+    def get(self, path: str, precision: str, kernel: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._entries().get(f"{path}/{precision}/{kernel}")
+
+    def put(self, path: str, precision: str, kernel: str, ok: bool, detail: str) -> None:
+        with self._lock:
+            entries = self._entries()
+            entries[f"{path}/{precision}/{kernel}"] = {"ok": ok, "detail": detail, "time": time.time()}
+            if self.file is None:
+                return
+            from capability_probe import cache
+
+            try:
+                cache.atomic_write_json(self.file, {"key": self.driver_key, "kernels": entries})
+            except (OSError, TypeError, ValueError) as exc:  # an unusable cache: keep the verdict in memory
+                log.debug("kernel verdicts not saved: %s", exc)
+
+    @classmethod
+    def forget_memory(cls) -> None:
+        """Drop the in-memory verdicts (tests; the files stay)."""
+        with cls._lock:
+            cls._memory.clear()
+
+
+def _random_feed(name: str, graph: Graph, precision: str, rng: np.random.Generator) -> np.ndarray | None:
+    shape = graph.shape(name)
+    dtype = graph.dtypes.get(name)
+    if shape is None or dtype is None or None in shape:
+        return None
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        value = rng.uniform(-2.0, 2.0, size=tuple(shape)).astype(dtype)
+        # both sides see the values the GPU stores
+        return value.astype(np.float16).astype(dtype) if precision == "fp16" else value
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=tuple(shape)).astype(bool)
+    return np.zeros(tuple(shape), dtype)  # valid as an index, an axis, a count
+
+
+def compare(got: np.ndarray, ref: np.ndarray) -> float:
+    """The project's error measure, max|got-ref| / max(1, max|ref|), over finite values; NaN and
+    infinities must sit in the same places (else inf)."""
+    got = np.asarray(got)
+    ref = np.asarray(ref)
+    if got.shape != ref.shape:
+        return float("inf")
+    if ref.dtype.kind not in "fc":
+        return 0.0 if np.array_equal(got, ref) else float("inf")
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    if not np.array_equal(np.isnan(g), np.isnan(r)):
+        return float("inf")
+    inf_r = np.isinf(r)
+    if not np.array_equal(np.isinf(g), inf_r) or not np.array_equal(g[inf_r], r[inf_r]):
+        return float("inf")
+    finite = np.isfinite(r)
+    if not finite.any():
+        return 0.0
+    return float(np.max(np.abs(g[finite] - r[finite])) / max(1.0, float(np.max(np.abs(r[finite])))))
+
+
+def run_check(gpu: Path, reference: Path, node: Node, graph: Graph, precision: str) -> tuple[bool, str] | None:
+    """Run ``node`` alone on ``gpu`` and on ``reference`` with seeded random inputs of its real
+    shapes: (passed, detail), or None when the check says nothing (inputs of unknown shape, or a
+    failure of the reference or of the GPU path's compiler other than a shader build error, which
+    the real compile then reports)."""
+    from .planner import segment_io
+
+    outs = [o for o in node.outputs if o]
+    ((ins, _),) = segment_io(graph, [(gpu.key, [node])])
+    rng = np.random.default_rng(_SEED)
+    feeds = {}
+    for name in ins:
+        value = _random_feed(name, graph, precision, rng)
+        if value is None:
+            return None
+        feeds[name] = value
+    try:
+        ref_seg = reference.compile([node], graph, ins, outs)
+        try:
+            want = ref_seg.run(dict(feeds), RunStats())
+        finally:
+            ref_seg.close()
+    except Exception as exc:  # noqa: BLE001 - the reference refuses these random inputs: no verdict
+        log.debug("kernel check of %s skipped: the reference failed: %s", node.name, exc)
+        return None
+    seg: Segment | None = None
+    try:
+        seg = gpu.compile([node], graph, ins, outs)
+        got = seg.run(dict(feeds), RunStats())
+    except _shader_build_errors() as exc:
+        return False, f"its shader does not build: {str(exc).splitlines()[0]}"
+    except Exception as exc:  # noqa: BLE001 - a driver failure is handled by the caller
+        from capability_probe.errors import DriverError
+
+        if isinstance(exc, DriverError):
+            raise
+        log.debug("kernel check of %s skipped: %s", node.name, exc)
+        return None
+    finally:
+        if seg is not None:
+            seg.close()
+    worst = max((compare(got[o], want[o]) for o in outs), default=0.0)
+    tol = TOLERANCE.get(precision, TOLERANCE["fp32"])
+    if worst <= tol:
+        return True, f"error {worst:.2e} on {node.op_type} {node.name}"
+    shown = "NaN/Inf or shape mismatch" if worst == float("inf") else f"error {worst:.3g} > {tol:g}"
+    return False, f"{shown} against the CPU on {node.op_type} {node.name}"
+
+
+class CheckedPath(Path):
+    """A GPU path whose kernels each pass :func:`run_check` on their first use on this driver; a
+    kernel that fails is declined (with the reason) for every node. Everything else is the
+    wrapped path's."""
+
+    def __init__(self, inner: Path, kernel_name: Callable[[Node, Graph], str | None],
+                 reference: Callable[[], Path], store: VerdictStore):
+        super().__init__(inner.precision, inner.disabled_kernels)
+        self.key = inner.key  # type: ignore[misc]
+        self.inner = inner
+        self._kernel_name = kernel_name
+        self._reference = reference
+        self.store = store
+        self.checked: dict[str, tuple[bool, str]] = {}  # this session's verdicts, kernel -> (ok, detail)
+        self.seconds = 0.0  # spent in checks by this path object
+
+    def __getattr__(self, name: str) -> Any:  # path-specific knobs (record_once, ...)
+        return getattr(self.inner, name)
+
+    def decline(self, node: Node, graph: Graph) -> str | None:
+        why = self.inner.decline(node, graph)
+        if why is not None:
+            return why
+        kernel = self._kernel_name(node, graph)
+        if not kernel:
+            return None
+        ok, detail = self._verdict(kernel, node, graph)
+        return None if ok else f"kernel {kernel!r} failed its first-run check on this driver ({detail})"
+
+    def _verdict(self, kernel: str, node: Node, graph: Graph) -> tuple[bool, str]:
+        if kernel in self.checked:
+            return self.checked[kernel]
+        stored = self.store.get(self.key, self.precision, kernel)
+        if stored is not None:
+            verdict = (bool(stored["ok"]), str(stored.get("detail", "")) + " (cached)")
+        else:
+            t0 = time.perf_counter()
+            result = run_check(self.inner, self._reference(), node, graph, self.precision)
+            self.seconds += time.perf_counter() - t0
+            if result is None:
+                return True, "not checked"
+            verdict = result
+            self.store.put(self.key, self.precision, kernel, *result)
+            if not result[0]:
+                log.warning("the %s kernel %r failed its first-run check (%s); its nodes go to the next path",
+                            self.key, kernel, result[1])
+        self.checked[kernel] = verdict
+        return verdict
+
+    def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
+        return self.inner.compile(nodes, graph, inputs, outputs)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,119 @@
+"""The per-kernel first-run check (gpubackend.kernel_check): a driver fault scoped to one kernel
+passes the probe; the check catches it before the session returns a wrong answer, moves that
+kernel's nodes to the CPU, says why in explain(), and caches the verdict per driver."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gpubackend
+from gpubackend.kernel_check import FILE_PREFIX, CheckedPath, VerdictStore, compare
+
+
+def _conv_relu_model():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Abs", ["c"], ["y"], name="abs")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+                              [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def fault_env(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    def apply(spec: str) -> None:
+        monkeypatch.setenv("GPUBACKEND_CACHE_DIR", str(tmp_path / "cache"))
+        monkeypatch.setenv("GPUBACKEND_PROBE_TIMEOUT", "30")
+        monkeypatch.setenv("GPUBACKEND_PROBE_CANARIES", "none")
+        monkeypatch.setenv("GPUBACKEND_FAULT", spec)
+        monkeypatch.delenv("GPUBACKEND_KERNEL_CHECK", raising=False)
+        VerdictStore.forget_memory()
+    yield apply
+    VerdictStore.forget_memory()
+
+
+def _need(path: str) -> None:
+    report = gpubackend.probe()
+    if not report.usable(path):
+        pytest.skip(f"{path} is not usable here: {report.paths[path].reason}")
+
+
+X = np.random.default_rng(4).uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)
+
+
+def _reference():
+    return gpubackend.Session(_conv_relu_model(), path="cpu", cpu_engine="numpy").run({"x": X})[0]
+
+
+@pytest.mark.parametrize("fault", ["wrong@vulkan:conv", "nan@gles31:conv"])
+def test_a_one_kernel_fault_is_caught_before_a_wrong_answer(fault: str, fault_env) -> None:
+    path = fault.split("@")[1].split(":")[0]
+    fault_env(fault)
+    _need(path)  # the probe does not see a fault scoped to one kernel
+    want = _reference()
+    sess = gpubackend.Session(_conv_relu_model(), path=path)
+    (got,) = sess.run({"x": X})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert sess.placement == {"conv": "cpu", "abs": path}, sess.explain()
+    assert "kernel 'conv' failed its first-run check" in sess.explain()
+    # the verdict is cached for this driver state: a new process (memory forgotten) reads it
+    VerdictStore.forget_memory()
+    again = gpubackend.Session(_conv_relu_model(), path=path)
+    assert again.placement["conv"] == "cpu"
+    assert "(cached)" in again.explain()
+
+
+def test_without_the_check_the_fault_gives_a_wrong_answer(fault_env) -> None:
+    # the fault really strikes the conv kernel: this is what the check protects against
+    fault_env("wrong@vulkan:conv")
+    _need("vulkan")
+    sess = gpubackend.Session(_conv_relu_model(), path="vulkan", options=gpubackend.SessionOptions(kernel_check=False))
+    (got,) = sess.run({"x": X})
+    assert compare(got, _reference()) > 1e-2
+    assert sess.placement["conv"] == "vulkan"
+
+
+def test_healthy_kernels_pass_once_and_are_cached(fault_env, tmp_path) -> None:
+    fault_env("")
+    _need("gles31")
+    sess = gpubackend.Session(_conv_relu_model(), path="gles31")
+    (got,) = sess.run({"x": X})
+    np.testing.assert_allclose(got, _reference(), rtol=1e-4, atol=1e-5)
+    assert set(sess.placement.values()) == {"gles31"}
+    checked = sess._path("gles31")
+    assert isinstance(checked, CheckedPath) and {"conv"} <= set(checked.checked)
+    assert all(ok for ok, _ in checked.checked.values())
+    files = list((tmp_path / "cache").glob(f"{FILE_PREFIX}*.json"))
+    assert len(files) == 1
+    stored = json.loads(files[0].read_text())["kernels"]
+    assert stored["gles31/fp32/conv"]["ok"] is True
+    VerdictStore.forget_memory()
+    second = gpubackend.Session(_conv_relu_model(), path="gles31")
+    assert second._path("gles31").seconds == 0.0  # answered from the file
+
+
+def test_a_corrupt_verdict_file_is_checked_again(fault_env, tmp_path) -> None:
+    fault_env("")
+    _need("gles31")
+    gpubackend.Session(_conv_relu_model(), path="gles31")
+    (file,) = (tmp_path / "cache").glob(f"{FILE_PREFIX}*.json")
+    file.write_text(json.dumps({"key": "other", "kernels": {"gles31/fp32/conv": {"ok": False, "detail": "x"}}}))
+    VerdictStore.forget_memory()
+    sess = gpubackend.Session(_conv_relu_model(), path="gles31")
+    assert sess.placement["conv"] == "gles31", sess.explain()
+    assert sess._path("gles31").seconds > 0
+
+
+def test_compare_measure() -> None:
+    ref = np.array([1.0, np.nan, np.inf, -2.0], np.float32)
+    assert compare(ref.copy(), ref) == 0.0
+    assert compare(np.array([1.0, 0.0, np.inf, -2.0], np.float32), ref) == float("inf")
+    assert compare(np.array([1.0, np.nan, -np.inf, -2.0], np.float32), ref) == float("inf")
+    assert compare(np.array([1.0, np.nan, np.inf, -2.5], np.float32), ref) == pytest.approx(0.25)
+    assert compare(np.array([1, 2]), np.array([1, 3])) == float("inf")
