@@ -4,7 +4,11 @@ paths alike and programs are compiled once per distinct source."""
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -21,6 +25,52 @@ LLVMPIPE_LOOP_LIMIT = 65535
 LOOP_BUDGET = 60000
 
 
+# Compiled programs kept per context and cache (``GPUBACKEND_MAX_PROGRAMS``; 0: no bound). Each holds
+# driver memory (llvmpipe: its JIT-compiled code), and a session that generates shaders per shape
+# (one per Resize size, say) would otherwise grow the cache for as long as the process lives.
+DEFAULT_MAX_PROGRAMS = 256
+ENV_MAX_PROGRAMS = "GPUBACKEND_MAX_PROGRAMS"
+
+
+def max_programs() -> int:
+    """The program-cache bound now in force (read from the environment on every call)."""
+    text = os.environ.get(ENV_MAX_PROGRAMS, "").strip()
+    try:
+        return max(0, int(text)) if text else DEFAULT_MAX_PROGRAMS
+    except ValueError:
+        return DEFAULT_MAX_PROGRAMS
+
+
+class ProgramLRU:
+    """Programs by key, most recently used last, at most :func:`max_programs` of them. The oldest
+    leave past the bound; ``on_evict(program)`` then arranges its release, which must wait until
+    nothing holds it (see :meth:`GLDevice.release_when_unused`): a live segment keeps the program
+    objects it draws with, so eviction never takes a program from under it."""
+
+    def __init__(self, on_evict: Callable[[Any], None]):
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._on_evict = on_evict
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any | None:
+        prog = self._items.get(key)
+        if prog is not None:
+            self._items.move_to_end(key)
+        return prog
+
+    def put(self, key: Hashable, prog: Any) -> None:
+        self._items[key] = prog
+        self._items.move_to_end(key)
+        bound = max_programs()
+        while bound and len(self._items) > bound:
+            _, old = self._items.popitem(last=False)
+            self.evicted += 1
+            self._on_evict(old)
+
+
 def _numbered(src: str, around: int | None = None) -> str:
     lines = src.splitlines()
     lo, hi = (0, len(lines)) if around is None else (max(0, around - 4), min(len(lines), around + 3))
@@ -30,16 +80,16 @@ def _numbered(src: str, around: int | None = None) -> str:
 class GLDevice:
     """The GL context as seen by one path (``key`` names the path for fault injection).
 
-    Programs are cached by source for the life of the context and shared by every segment and
-    session of the path on this thread (:meth:`shared`), so a program must carry no per-node
-    state: uniforms, sampler units and bindings are set at each draw or dispatch. Everything
+    Programs are cached by source (the :data:`DEFAULT_MAX_PROGRAMS` most recently used) and
+    shared by every segment and session of the path on this thread (:meth:`shared`), so a program
+    must carry no per-node state: uniforms, sampler units and bindings are set at each draw or dispatch. Everything
     else a segment makes it frees with :meth:`release` when it closes."""
 
     def __init__(self, key: str):
         self.key = key
         self.context = contexts.gl_record(key)
         self.ctx = self.context.ctx
-        self._programs: dict[tuple, Any] = {}
+        self._programs = ProgramLRU(self.release_when_unused)
         self.state: dict[str, Any] = {}  # per-context objects a path keeps (gles2's quad, gles31's binaries)
 
     @classmethod
@@ -67,23 +117,36 @@ class GLDevice:
         for obj in objs:
             self.context.release(obj)
 
+    def release_when_unused(self, obj: Any) -> None:
+        """Release the moderngl object ``obj`` once nothing refers to it any more (at once if
+        nothing does now)."""
+        weakref.finalize(obj, self.context.release, obj.mglo)
+
+    @property
+    def cached_programs(self) -> int:
+        return len(self._programs)
+
     def compute(self, src: str) -> Any:
         """A compiled compute shader for ``src`` (cached)."""
         key = ("compute", src)
-        if key not in self._programs:
+        prog = self._programs.get(key)
+        if prog is None:
             faults.on_compile(self.key, "compute")
-            self._programs[key] = self._checked("compute", src, lambda: self.ctx.compute_shader(src))
-        return self._programs[key]
+            prog = self._checked("compute", src, lambda: self.ctx.compute_shader(src))
+            self._programs.put(key, prog)
+        return prog
 
     def program(self, vertex: str, fragment: str) -> Any:
         """A linked vertex+fragment program (cached)."""
         key = ("program", vertex, fragment)
-        if key not in self._programs:
+        prog = self._programs.get(key)
+        if prog is None:
             faults.on_compile(self.key, "fragment")
             faults.on_compile(self.key, "link")
             build = lambda: self.ctx.program(vertex_shader=vertex, fragment_shader=fragment)  # noqa: E731
-            self._programs[key] = self._checked("fragment", fragment, build)
-        return self._programs[key]
+            prog = self._checked("fragment", fragment, build)
+            self._programs.put(key, prog)
+        return prog
 
     def _checked(self, stage: str, src: str, build: Any) -> Any:
         try:

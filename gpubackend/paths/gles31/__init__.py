@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -34,13 +35,46 @@ from . import gl as rawgl
 KEY = "gles31"
 
 
+class GLProgram:
+    """A program id as segments hold it (usable wherever an int is, through ``__index__``); it
+    keeps alive what owns the GL program (the compiled moderngl shader, or :class:`_LoadedProgram`),
+    so an entry evicted from the cache stays valid while a segment uses it."""
+
+    __slots__ = ("glo", "owner", "__weakref__")
+
+    def __init__(self, glo: int, owner: Any):
+        self.glo, self.owner = int(glo), owner
+
+    def __index__(self) -> int:
+        return self.glo
+
+    __int__ = __index__
+
+
+class _LoadedProgram:
+    """A program made from a binary (no moderngl object): released with ``glDeleteProgram``."""
+
+    def __init__(self, gl: Any, glo: int):
+        self.gl, self.glo = gl, glo
+
+    def release(self) -> None:
+        if self.glo:
+            self.gl.glDeleteProgram(self.glo)
+            self.glo = 0
+
+
 class ProgramCache:
-    """Compiled programs by source text for one context; binaries persisted on disk."""
+    """Compiled programs by source text for one context (the ``max_programs()`` most recently
+    used); binaries persisted on disk."""
 
     def __init__(self, device: Any):
+        from ...gl.device import ProgramLRU
+
         self.device = device
         self.gl = rawgl.GL()
-        self.programs: dict[str, int] = {}
+        # a compiled program's moderngl shader sits in the device's own cache too, which
+        # releases it once unused; a loaded binary is this cache's to release
+        self.programs = ProgramLRU(self._release_loaded_when_unused)
         self.stats = {"compiled": 0, "from_binary": 0, "binary_saved": 0}
         self.binary_note = ""
         self.dir: FsPath | None = None
@@ -54,7 +88,11 @@ class ProgramCache:
             self.dir = None
             self.binary_note = f"program binary cache unavailable: {exc}"
 
-    def get(self, src: str) -> int:
+    def _release_loaded_when_unused(self, prog: GLProgram) -> None:
+        if isinstance(prog.owner, _LoadedProgram):
+            weakref.finalize(prog, self.device.context.release, prog.owner)
+
+    def get(self, src: str) -> GLProgram:
         prog = self.programs.get(src)
         if prog is not None:
             return prog
@@ -67,16 +105,17 @@ class ProgramCache:
                 loaded = self.gl.load_binary(int.from_bytes(data[:4], "little"), data[4:])
                 if loaded is not None:
                     self.stats["from_binary"] += 1
-                    self.programs[src] = loaded
-                    return loaded
+                    prog = GLProgram(loaded, _LoadedProgram(self.gl, loaded))
+                    self.programs.put(src, prog)
+                    return prog
         cs = self.device.compute(src)  # fault hook + readable compile errors
-        prog = int(cs.glo)
+        prog = GLProgram(cs.glo, cs)
         self.stats["compiled"] += 1
         if path is not None:
-            got = self.gl.get_binary(prog)
+            got = self.gl.get_binary(prog.glo)
             if got is not None and cache.write_blob(path, digest, got[0].to_bytes(4, "little") + got[1]):
                 self.stats["binary_saved"] += 1
-        self.programs[src] = prog
+        self.programs.put(src, prog)
         return prog
 
 
@@ -94,7 +133,7 @@ def device_and_programs() -> tuple[Any, ProgramCache]:
 class _Dispatch:
     __slots__ = ("program", "buffers", "ubo", "groups", "kernel", "node")
 
-    def __init__(self, program: int, buffers: list[Any], ubo: Any, groups: tuple[int, int, int], kernel: str,
+    def __init__(self, program: GLProgram, buffers: list[Any], ubo: Any, groups: tuple[int, int, int], kernel: str,
                  node: str):
         self.program, self.buffers, self.ubo, self.groups = program, buffers, ubo, groups
         self.kernel, self.node = kernel, node
