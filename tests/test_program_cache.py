@@ -97,11 +97,11 @@ def test_sessions_stay_right_when_their_programs_are_evicted(path: str, monkeypa
     (b,) = first.run({"x": x})
     np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(a, b)
-    caches = worker.call_on_gpu_thread(lambda: GLDevice.shared(path).cached_programs)
-    assert caches <= 1
-    if path == "gles31":
+    if path == "gles31":  # its own cache (programs may come from stored binaries, not the device's)
         from gpubackend.paths.gles31 import device_and_programs
 
         assert worker.call_on_gpu_thread(lambda: len(device_and_programs()[1].programs)) <= 1
+    else:
+        assert worker.call_on_gpu_thread(lambda: GLDevice.shared(path).cached_programs) <= 1
     first.close()
     other.close()

@@ -59,11 +59,20 @@ class ProgramLRU:
         prog = self._items.get(key)
         if prog is not None:
             self._items.move_to_end(key)
+            self._trim()  # the bound may have been lowered since the last put
         return prog
 
     def put(self, key: Hashable, prog: Any) -> None:
         self._items[key] = prog
         self._items.move_to_end(key)
+        self._trim()
+
+    def clear(self) -> None:
+        """Drop every entry (each released once unused)."""
+        while self._items:
+            self._on_evict(self._items.popitem(last=False)[1])
+
+    def _trim(self) -> None:
         bound = max_programs()
         while bound and len(self._items) > bound:
             _, old = self._items.popitem(last=False)
