@@ -119,6 +119,17 @@ def _axis_plan(mode: str, nearest_mode: str, ctm: str, in_len: int, out_len: int
     return xo, idx, w, per
 
 
+def axis_taps(mode: str, nearest_mode: str, ctm: str, in_len: int, out_len: int, scale: float,
+              roi: tuple[float, float] | None = None, cubic_a: float = -0.75, exclude_outside: bool = False,
+              antialias: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """For each output index of one axis, the source indices (clamped to the axis) and their
+    weights (None for nearest) exactly as this reference computes them: GPU kernels read these
+    tables instead of redoing the coordinate arithmetic, which drivers round differently at ties."""
+    _, idx, w, _ = _axis_plan(mode, nearest_mode, ctm, in_len, out_len, scale, roi, cubic_a, exclude_outside,
+                              antialias)
+    return np.clip(idx, 0, in_len - 1), w
+
+
 def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None, dt: np.dtype,
                  per=False) -> np.ndarray:
     in_len = x.shape[axis]

@@ -44,9 +44,17 @@ def expand(name: str, _stack: tuple[str, ...] = ()) -> str:
     return _INCLUDE.sub(repl, read(name))
 
 
+# NVIDIA's GLSL compiler otherwise assumes no NaN or Inf (folding isnan tests and inf - inf, so
+# gles2's encoding loses NaN) and divides through an approximate reciprocal; other compilers ignore
+# pragmas they do not know (GLSL ES 1.00 / 3.x, section 3.4).
+GL_PRAGMAS = "#pragma optionNV(fastmath off)\n#pragma optionNV(fastprecision off)"
+
+
 def source(name: str, version: str, defines: dict[str, object] | None = None, preamble: str = "") -> str:
     """A complete shader: ``#version`` line, ``#define``s, optional preamble, then the expanded body."""
     lines = [f"#version {version}"]
+    if version.endswith(" es") or version == "100":
+        lines.append(GL_PRAGMAS)
     for key, value in (defines or {}).items():
         lines.append(f"#define {key} {'' if value is True else value}".rstrip())
     if preamble:

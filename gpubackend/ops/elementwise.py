@@ -115,7 +115,10 @@ UNARY: tuple[Op, ...] = (
     Op("Selu", "P1 * sel(le(x, 0.0), P0 * (exp(x) - 1.0), x)",
        (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875))),
     Op("Softplus", "softplus(x)"),
-    Op("Softsign", "x / (1.0 + abs(x))"),
+    # Past 1e30 the quotient is +-1 in float32; computing it there would divide by ~1e38, which
+    # drivers that divide through a flushed reciprocal (NVIDIA) turn into 0.
+    Op("Softsign", "sel(gt(abs(x), 1e30), sel(lt(abs(x), inf()), sel(lt(x, 0.0), -1.0, 1.0), nan()), "
+                   "x / (1.0 + abs(x)))"),
     Op("Mish", "x * tanh_(softplus(x))"),
     Op("Gelu", "0.5 * x * (1.0 + erf(x * 0.70710678118654752))"),
     Op("GeluTanh", "0.5 * x * (1.0 + tanh_(0.79788456080286536 * (x + 0.044715 * x * x * x)))"),

@@ -23,6 +23,7 @@ import numpy as np
 
 from fallback._registry import FallbackError
 from fallback._spatial import AUTO_PADS, geometry, transpose_geometry
+from fallback.resize import axis_taps
 
 from ..errors import ModelError
 from ..graph import Graph, Node, Shape
@@ -326,6 +327,12 @@ class ResizeRecord:
     axes: tuple[int, ...] | None
     scales: tuple[float, ...]
     out_shape: tuple[int, ...]
+
+    def taps(self, axis: int, in_len: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Source indices (clamped) and weights (None for nearest) per output index of ``axis``,
+        from the reference's own coordinate arithmetic (kernels read them as tables)."""
+        return axis_taps(self.mode, self.nearest_mode, self.coordinate_mode, in_len, self.out_shape[axis],
+                         self.scales[axis], None, self.cubic_coeff_a, self.exclude_outside, self.antialias)
 
 
 @dataclass(frozen=True)

@@ -596,8 +596,16 @@ def _globalpool(node: Node, graph: Graph, precision: str) -> list[Record]:
                    (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
 
 
-_COORD = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3, "tf_half_pixel_for_nn": 4}
-_NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
+def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> np.ndarray:
+    """(oh + ow, 4) float32 rows (i0, i1, w0, w1): the two source rows, then the two source
+    columns, of each output index and their weights, as the reference computes them."""
+    rows = []
+    for axis in (2, 3):
+        idx, w = rec.taps(axis, xs[axis])
+        if w is None:
+            idx, w = np.repeat(idx[:, :1], 2, axis=1), np.tile([1.0, 0.0], (len(idx), 1))
+        rows.append(np.concatenate([idx, w], axis=1))
+    return np.ascontiguousarray(np.concatenate(rows), dtype=np.float32)
 
 
 def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -608,25 +616,24 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
     if xs[:2] != ys[:2]:
         raise Decline("resize of the batch or channel axis")
     rec = ops.require(node, graph, ops.ResizeRecord)
-    mode, coord, nearest = rec.mode, rec.coordinate_mode, rec.nearest_mode
-    if mode not in ("nearest", "linear"):
-        raise Decline(f"mode {mode!r} (nearest and linear are supported)")
+    if rec.mode not in ("nearest", "linear"):
+        raise Decline(f"mode {rec.mode!r} (nearest and linear are supported)")
     if rec.antialias or rec.axes is not None:
         raise Decline("antialias / axes")
     if rec.keep_aspect_ratio_policy != "stretch":
         raise Decline("keep_aspect_ratio_policy")
-    if coord not in _COORD or nearest not in _NEAREST:
-        raise Decline(f"coordinate mode {coord!r} / nearest mode {nearest!r}")
+    if rec.coordinate_mode == "tf_crop_and_resize":
+        raise Decline("coordinate mode 'tf_crop_and_resize'")
     scales = list(rec.scales)
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         raise Decline(f"scales {scales}")
     c4 = (xs[1] + 3) // 4
     groups, local = _grid_3d(ys[3], ys[2], xs[0] * c4)
     params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
-              ("linear", int(mode == "linear")), ("coord", _COORD[coord]), ("nearest", _NEAREST[nearest]),
-              ("scale_h", scales[2]), ("scale_w", scales[3]), ("oc4s", c4), ("oc4o", 0))
+              ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
+    taps = Binding("const", f"{node.name}/taps", _resize_taps(rec, xs), True)
     return [Kernel("resize", "compute/resize.comp", _variant(precision), params,
-                   (Binding("in", x), Binding("out", y)), groups, local, node.name)]
+                   (Binding("in", x), Binding("out", y), taps), groups, local, node.name)]
 
 
 def _concat(node: Node, graph: Graph, precision: str) -> list[Record]:

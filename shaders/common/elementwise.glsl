@@ -72,7 +72,7 @@ vec4 activate(vec4 x) {
 #elif ACT == 21  // Softplus
     return mix(ew_softplus(x), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 22  // Softsign
-    return mix((x / (vec4(1.0) + abs(x))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
+    return mix(mix((x / (vec4(1.0) + abs(x))), mix(vec4(uintBitsToFloat(0x7fc00000u)), mix(vec4(1.0), (-vec4(1.0)), lessThan(x, vec4(0.0))), lessThan(abs(x), vec4(uintBitsToFloat(0x7f800000u)))), greaterThan(abs(x), vec4(1.0000000150474662e+30))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 23  // Mish
     return mix((x * ew_tanh_(ew_softplus(x))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 24  // Gelu
