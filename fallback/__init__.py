@@ -26,11 +26,11 @@ import numpy as np
 
 from . import conv, elementwise, linalg, norm, pool, quant, resize, tensor  # noqa: F401  (registers kernels)
 from ._registry import DOMAIN_KERNELS, KERNELS, FallbackError
-from ._runtime import blas_threads, get_blas_threads, kernel_threads, tune_malloc
+from ._runtime import BufferPool, binary, blas_threads, get_blas_threads, kernel_threads, tune_malloc
 from .elementwise import apply_activation
 
-__all__ = ["KERNELS", "KERNEL_ERRORS", "FallbackError", "apply_activation", "blas_threads", "get_blas_threads",
-           "kernel_for", "kernel_threads", "run_node", "supported_ops", "tune_malloc"]
+__all__ = ["KERNELS", "KERNEL_ERRORS", "BufferPool", "FallbackError", "apply_activation", "binary", "blas_threads",
+           "get_blas_threads", "kernel_for", "kernel_threads", "run_node", "supported_ops", "tune_malloc"]
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import ctypes
+import math
 import os
 import sys
 import threading
@@ -147,16 +148,121 @@ def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> Non
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(a, b, out=out)`` for a (..., M, K) @ (..., K, N) GEMM, split over the kernel
     threads along N (or along M when M is the larger), each part one BLAS call per matrix."""
-    if out is None:
-        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                       dtype=np.result_type(a, b))
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if _kernel_threads.get() <= 1 or m * n * k < 2 * MIN_PART_WORK:
+        if out is None and m * n >= 1 << 16:
+            out = empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
     work = out.size * k
     if n >= m:
         parallel(lambda i, j: np.matmul(a, b[..., i:j], out=out[..., i:j]), n, work)
     else:
         parallel(lambda i, j: np.matmul(a[..., i:j, :], b, out=out[..., i:j, :]), m, work)
     return out
+
+
+def elementwise(fn: Callable[[np.ndarray, np.ndarray | None], np.ndarray], x: np.ndarray,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """``fn(x, out)`` for an element-wise float function that writes its result into ``out`` (a new
+    array when None), split over the kernel threads in contiguous runs of elements."""
+    if (_kernel_threads.get() <= 1 or x.size < 2 * MIN_PART_WORK or x.dtype.kind != "f"
+            or not x.flags.c_contiguous or (out is not None and (not out.flags.c_contiguous or out.shape != x.shape
+                                                                  or out.dtype != x.dtype))):
+        return fn(x, out)
+    if out is None:
+        out = empty(x.shape, x.dtype)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    parallel(lambda a, b: fn(xf[a:b], of[a:b]), x.size, x.size)
+    return out
+
+
+def binary(ufunc: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``ufunc(a, b, out=out)`` (broadcasting into ``out``'s shape), split over the kernel threads
+    along the first axis of ``out`` long enough to give every thread a part."""
+    threads = _kernel_threads.get()
+    axis = next((k for k, d in enumerate(out.shape) if d >= threads), None)
+    if threads <= 1 or out.size < 2 * MIN_PART_WORK or axis is None:
+        return ufunc(a, b, out=out)
+    ops = [v.reshape((1,) * (out.ndim - v.ndim) + v.shape) for v in (a, b)]
+    lead = (slice(None),) * axis
+
+    def part(i: int, j: int) -> None:
+        cut = lead + (slice(i, j),)
+        ufunc(*(v[cut] if v.shape[axis] > 1 else v for v in ops), out=out[cut])
+
+    parallel(part, out.shape[axis], out.size)
+    return out
+
+
+# ---- buffer reuse across runs --------------------------------------------------------------
+
+_buffers: contextvars.ContextVar[BufferPool | None] = contextvars.ContextVar("fallback_buffers", default=None)
+
+# buffers smaller than this come from malloc's heap anyway (no page faults): not pooled
+MIN_POOLED_BYTES = 1 << 18
+
+
+class BufferPool:
+    """Large kernel outputs and scratch buffers kept for reuse, within a run and from run to run.
+
+    Each fresh large buffer of a run costs page faults (glibc maps and unmaps big blocks, or trims
+    its heap, between runs: selfie 256x256 paid 1,744 faults, about 15% of its CPU time, measured
+    under load). A buffer is handed out again only when nothing but the pool refers to it (its
+    reference count: no array, view or memoryview of it is alive), so a tensor a caller still holds
+    is never overwritten. ``max_bytes`` bounds what the pool keeps."""
+
+    def __init__(self, max_bytes: int = 1 << 28) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[tuple, list[np.ndarray]] = {}
+        self._bytes = 0
+        self.max_bytes = max_bytes
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        key = (shape, dtype)
+        with self._lock:
+            stack = self._by_key.get(key)
+            if stack:
+                for buf in stack:
+                    # the list's reference, the loop variable's and getrefcount's own argument
+                    if sys.getrefcount(buf) <= 3:
+                        return buf
+            buf = np.empty(shape, dtype=dtype)
+            if self._bytes + buf.nbytes <= self.max_bytes:
+                self._by_key.setdefault(key, []).append(buf)
+                self._bytes += buf.nbytes
+            return buf
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Within the block (and the kernel threads' parts) :func:`empty` draws from this pool."""
+        token = _buffers.set(self)
+        try:
+            yield
+        finally:
+            _buffers.reset(token)
+
+
+def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """``np.empty`` for a kernel's output or scratch buffer: from the active :class:`BufferPool`
+    when the buffer is large (a reused buffer holds old values: write every element)."""
+    pool = _buffers.get()
+    if pool is not None:
+        shape = tuple(int(d) for d in shape)
+        dtype = np.dtype(dtype)
+        if math.prod(shape) * dtype.itemsize >= MIN_POOLED_BYTES:
+            return pool.take(shape, dtype)
+    return np.empty(shape, dtype=dtype)
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """``np.zeros`` through :func:`empty`."""
+    if _buffers.get() is None:
+        return np.zeros(shape, dtype=dtype)
+    buf = empty(shape, dtype)
+    buf.fill(0)
+    return buf
 
 
 # glibc mallopt parameters

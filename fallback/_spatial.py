@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._registry import fail, ints_attr, sattr
+from ._runtime import empty, parallel
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -160,6 +162,24 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
     output's width, to be dropped). Returns ``(flat, [(a, b, o) per tap, row-major], wq)``.
     """
     n, c, h, wd = x.shape
+    phases_h, phases_w, hq, wq, copies, offsets = _phase_plan(
+        h, wd, tuple(pad_begin), tuple(out), tuple(strides), tuple(dil), tuple(kernel))
+    shape = (len(phases_h), len(phases_w), n, c, hq, wq)
+    planes = empty(shape, x.dtype)
+    planes.fill(fill)
+
+    def channels(c0: int, c1: int) -> None:
+        for ai, bi, dst, src in copies:
+            planes[ai, bi, :, c0:c1, dst[0], dst[1]] = x[:, c0:c1, src[0], src[1]]
+
+    parallel(channels, c, x.size)
+    return planes.reshape(len(phases_h), len(phases_w), n, c, hq * wq), list(offsets), wq
+
+
+@functools.lru_cache(maxsize=512)
+def _phase_plan(h: int, wd: int, pad_begin: tuple, out: tuple, strides: tuple, dil: tuple, kernel: tuple):
+    """The index arithmetic of ``phase_planes`` (pure in the shapes, so computed once per shape):
+    phases, plane size, the (phase, destination, source) slices to copy and the taps' offsets."""
     kh, kw = kernel
     (sh, sw), (dh, dw), (oh, ow), (ph, pw) = strides, dil, out, pad_begin
     off_h = [(i * dh) // sh for i in range(kh)]
@@ -168,8 +188,7 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
     phases_w = sorted({(j * dw) % sw for j in range(kw)})
     hq = oh + max(off_h) + 1
     wq = ow + max(off_w)
-    shape = (len(phases_h), len(phases_w), n, c, hq, wq)
-    planes = np.zeros(shape, dtype=x.dtype) if fill == 0 else np.full(shape, fill, dtype=x.dtype)
+    copies = []
     for ai, a in enumerate(phases_h):
         r0 = max(0, -(-(ph - a) // sh))
         r1 = min(hq, (h - 1 + ph - a) // sh + 1)
@@ -180,11 +199,12 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
             c1 = min(wq, (wd - 1 + pw - b) // sw + 1)
             if c1 <= c0:
                 continue
-            planes[ai, bi, :, :, r0:r1, c0:c1] = x[:, :, a + sh * r0 - ph: a + sh * (r1 - 1) - ph + 1: sh,
-                                                   b + sw * c0 - pw: b + sw * (c1 - 1) - pw + 1: sw]
-    offsets = [(phases_h.index((i * dh) % sh), phases_w.index((j * dw) % sw), off_h[i] * wq + off_w[j])
-               for i in range(kh) for j in range(kw)]
-    return planes.reshape(len(phases_h), len(phases_w), n, c, hq * wq), offsets, wq
+            copies.append((ai, bi, (slice(r0, r1), slice(c0, c1)),
+                           (slice(a + sh * r0 - ph, a + sh * (r1 - 1) - ph + 1, sh),
+                            slice(b + sw * c0 - pw, b + sw * (c1 - 1) - pw + 1, sw))))
+    offsets = tuple((phases_h.index((i * dh) % sh), phases_w.index((j * dw) % sw), off_h[i] * wq + off_w[j])
+                    for i in range(kh) for j in range(kw))
+    return tuple(phases_h), tuple(phases_w), hq, wq, tuple(copies), offsets
 
 
 def drop_columns(y: np.ndarray, out: list[int], wq: int, copy: bool = True) -> np.ndarray:

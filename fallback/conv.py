@@ -28,7 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import fail, half_via_float32, iattr, need, opt, register
-from ._runtime import current_threads, matmul, parallel
+from ._runtime import current_threads, empty, matmul, parallel, zeros
 from ._spatial import drop_columns, geometry, pad_spatial, phase_planes, tap_slices, transpose_geometry
 from .elementwise import apply_activation
 
@@ -52,7 +52,7 @@ def _epilogue(y: np.ndarray, b: np.ndarray | None, m: int, op: str, act: tuple |
     in_place = y.flags.c_contiguous
     if in_place and b is None and act is None:
         return y
-    res = y if in_place else np.empty(y.shape, dtype=y.dtype)
+    res = y if in_place else empty(y.shape, y.dtype)
 
     def part(c0: int, c1: int) -> None:
         src, dst = y[:, c0:c1], res[:, c0:c1]
@@ -105,7 +105,7 @@ def _depthwise2d(x: np.ndarray, w: np.ndarray, mult: int, pb: list[int], out: li
     wv = w.reshape(m, ktaps)
     if length <= _DW_GEMM_MAX_PIXELS:
         # gather the taps of a cache-sized block of channels; one batched BLAS call does the sums
-        y = np.empty((n, m, 1, length), dtype=x.dtype)
+        y = empty((n, m, 1, length), x.dtype)
         cb = max(1, min(_COLS_BYTES // (n * ktaps * length * x.itemsize), -(-m // current_threads())))
         grids, perm = _tap_grids(tuple(offsets), tuple(kernel))
         wb = np.ascontiguousarray(wv[:, perm]).reshape(m, 1, ktaps)
@@ -129,7 +129,7 @@ def _depthwise2d(x: np.ndarray, w: np.ndarray, mult: int, pb: list[int], out: li
         parallel(blocks, -(-m // cb), 2 * n * m * ktaps * length)
         return drop_columns(y.reshape(n, m, length), out, wq, copy=False)
     # large planes: two ufunc passes per tap over each channel block's planes
-    y = np.empty((n, m, length), dtype=x.dtype)
+    y = empty((n, m, length), x.dtype)
 
     def channels(c0: int, c1: int) -> None:
         yc = y[:, c0:c1]
@@ -215,7 +215,7 @@ def _conv_im2col(xp: np.ndarray, wg: np.ndarray, group: int, kernel: list[int], 
     row_bytes = c * ksize * rest * xp.itemsize
     if n * out[0] * row_bytes <= _COLS_BYTES:
         return matmul(wg, _im2col(xp, group, kernel, out, strides, dil))
-    y = np.empty((n, group, wg.shape[1], out[0] * rest), dtype=xp.dtype)
+    y = empty((n, group, wg.shape[1], out[0] * rest), xp.dtype)
     rows = max(1, min(_COLS_BYTES // row_bytes, -(-n * out[0] // current_threads())))
     nbands = -(-out[0] // rows)
     dk0 = (kernel[0] - 1) * dil[0] + 1
@@ -253,7 +253,7 @@ def _conv_shifted(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int], s
     flat, offsets, wq = phase_planes(x, pb, out, strides, dil, kernel)
     length = out[0] * wq
     wt = np.ascontiguousarray(w.reshape(m, c, -1).transpose(2, 0, 1))
-    y = np.empty((n, m, length), dtype=x.dtype)
+    y = empty((n, m, length), x.dtype)
     band = max(64, min(_SHIFT_BAND_BYTES // ((c + 2 * m) * x.itemsize), -(-n * length // current_threads())))
     nbands = -(-length // band)
 
@@ -291,7 +291,7 @@ def _conv_phase_cols(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int]
     ktaps = len(offsets)
     grids, perm = _tap_grids(tuple(offsets), tuple(kernel))
     wg = np.ascontiguousarray(w.reshape(m, c, ktaps)[:, :, perm]).reshape(m, c * ktaps)
-    y = np.empty((n, m, length), dtype=x.dtype)
+    y = empty((n, m, length), x.dtype)
     isz = flat.itemsize
     band = max(wq, min(_COLS_BYTES // (c * ktaps * isz), -(-n * length // current_threads())))
     nbands = -(-length // band)
@@ -386,7 +386,7 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
     isize = math.prod(insp)
     # cols[n, g, (mg, taps), pixels] = W_g^T @ X_g
     wt = w.reshape(group, cg, mg * ksize).transpose(0, 2, 1)
-    cols = np.matmul(wt, x.reshape(n, group, cg, isize))
+    cols = matmul(wt, x.reshape(n, group, cg, isize))
     cols = cols.reshape(n, m, *kernel, *insp)
     full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, insp, kernel, dil)]
     if (strides == kernel and all(d == 1 for d in dil) and not any(pb) and out == full):
@@ -399,12 +399,16 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
         off = [max(0, -p) for p in pb]
         start = [p + o for p, o in zip(pb, off)]
         buf_shape = [max(f + o, s + u) for f, o, s, u in zip(full, off, start, out)]
-        buf = np.zeros((n, m, *buf_shape), dtype=cols.dtype)
-        for tap in np.ndindex(*kernel):
-            sl = (slice(None), slice(None)) + tuple(
-                slice(t * d + o, t * d + o + (i - 1) * s + 1, s)
-                for t, d, o, i, s in zip(tap, dil, off, insp, strides))
-            buf[sl] += cols[(slice(None), slice(None)) + tap]
+        buf = zeros((n, m, *buf_shape), cols.dtype)
+
+        def channels(c0: int, c1: int) -> None:
+            for tap in np.ndindex(*kernel):
+                sl = (slice(None), slice(c0, c1)) + tuple(
+                    slice(t * d + o, t * d + o + (i - 1) * s + 1, s)
+                    for t, d, o, i, s in zip(tap, dil, off, insp, strides))
+                buf[sl] += cols[(slice(None), slice(c0, c1)) + tap]
+
+        parallel(channels, m, cols.size)
         y = buf[(slice(None), slice(None)) + tuple(slice(s, s + u) for s, u in zip(start, out))]
         if y.shape != buf.shape:
             y = np.ascontiguousarray(y)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._registry import FallbackError, fail, need, opt, register
+from ._runtime import binary, current_threads, elementwise, empty
 
 try:  # scipy is optional: it is only the fast path for Erf
     from scipy.special import erf as _scipy_erf
@@ -96,6 +97,10 @@ def _scalar(v: Any) -> Any:
 
 
 def _act_impl(x: np.ndarray, name: str, p: dict[str, Any], out: np.ndarray | None) -> np.ndarray:
+    return elementwise(lambda xp, op: _act_part(xp, name, p, op), x, out)
+
+
+def _act_part(x: np.ndarray, name: str, p: dict[str, Any], out: np.ndarray | None) -> np.ndarray:
     if name == "Relu":
         return _relu(x, out)
     if name == "Clip":
@@ -129,7 +134,7 @@ def apply_activation(x: np.ndarray, act: tuple[str, dict] | None) -> np.ndarray:
 
 @register("Relu")
 def k_relu(inputs: list, attrs: dict, opset: int) -> list:
-    return [_relu(need("Relu", inputs, 0), None)]
+    return [elementwise(_relu, need("Relu", inputs, 0))]
 
 
 @register("Clip")
@@ -149,33 +154,35 @@ def k_clip(inputs: list, attrs: dict, opset: int) -> list:
         lo = np.asarray(lo).astype(x.dtype)
     if hi is not None:
         hi = np.asarray(hi).astype(x.dtype)
-    return [_clip(x, None, lo, hi)]
+    return [elementwise(lambda xp, out: _clip(xp, out, lo, hi), x)]
 
 
 @register("LeakyRelu")
 def k_leaky_relu(inputs: list, attrs: dict, opset: int) -> list:
-    return [_leaky_relu(need("LeakyRelu", inputs, 0), None, float(attrs.get("alpha", 0.01)))]
+    alpha = float(attrs.get("alpha", 0.01))
+    return [elementwise(lambda x, out: _leaky_relu(x, out, alpha), need("LeakyRelu", inputs, 0))]
 
 
 @register("HardSigmoid")
 def k_hard_sigmoid(inputs: list, attrs: dict, opset: int) -> list:
     x = need("HardSigmoid", inputs, 0)
-    return [_hard_sigmoid(x, None, float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5)))]
+    alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+    return [elementwise(lambda xp, out: _hard_sigmoid(xp, out, alpha, beta), x)]
 
 
 @register("HardSwish")
 def k_hard_swish(inputs: list, attrs: dict, opset: int) -> list:
-    return [_hard_swish(need("HardSwish", inputs, 0), None)]
+    return [elementwise(_hard_swish, need("HardSwish", inputs, 0))]
 
 
 @register("Sigmoid")
 def k_sigmoid(inputs: list, attrs: dict, opset: int) -> list:
-    return [_sigmoid(need("Sigmoid", inputs, 0), None)]
+    return [elementwise(_sigmoid, need("Sigmoid", inputs, 0))]
 
 
 @register("Tanh")
 def k_tanh(inputs: list, attrs: dict, opset: int) -> list:
-    return [_tanh(need("Tanh", inputs, 0), None)]
+    return [elementwise(_tanh, need("Tanh", inputs, 0))]
 
 
 @register("PRelu")
@@ -330,9 +337,18 @@ def _operands(op: str, inputs, attrs, opset) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+_FLOAT_UFUNCS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+_THREADED_BINARY_MIN = 1 << 17  # elements: below, one thread is as fast
+
+
 def _binary(op: str, fn) -> None:
+    ufunc = _FLOAT_UFUNCS.get(op)
+
     def kernel(inputs: list, attrs: dict, opset: int) -> list:
         a, b = _operands(op, inputs, attrs, opset)
+        if (ufunc is not None and a.dtype.kind == "f" and a.dtype == b.dtype
+                and max(a.size, b.size) >= _THREADED_BINARY_MIN and current_threads() > 1):
+            return [binary(ufunc, a, b, empty(np.broadcast_shapes(a.shape, b.shape), a.dtype))]
         return [fn(a, b)]
 
     kernel.__name__ = f"k_{op.lower()}"

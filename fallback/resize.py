@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ._registry import FallbackError, as_int_list, fail, iattr, need, norm_axis, opt, register, sattr
+from ._runtime import empty, parallel
 
 _CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
          "tf_crop_and_resize", "tf_half_pixel_for_nn")
@@ -175,14 +176,19 @@ def _linear_x2(x: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
     n = x.shape[axis]
     lead, trail = x.shape[:axis], x.shape[axis + 1:]
     x3 = x.reshape(math.prod(lead), n, math.prod(trail))
-    y = np.empty((x3.shape[0], n, 2, x3.shape[2]), dtype=dt)
-    q = np.multiply(x3, dt.type(0.25))
-    m = np.multiply(x3, dt.type(0.75))
-    even, odd = y[:, :, 0], y[:, :, 1]
-    np.add(q[:, :-1], m[:, 1:], out=even[:, 1:])
-    np.add(m[:, :-1], q[:, 1:], out=odd[:, :-1])
-    even[:, 0] = x3[:, 0]
-    odd[:, -1] = x3[:, -1]
+    y = empty((x3.shape[0], n, 2, x3.shape[2]), dt)
+
+    def rows(i: int, j: int) -> None:  # split over the kernel threads along the leading axes
+        xs = x3[i:j]
+        q = np.multiply(xs, dt.type(0.25))
+        m = np.multiply(xs, dt.type(0.75))
+        even, odd = y[i:j, :, 0], y[i:j, :, 1]
+        np.add(q[:, :-1], m[:, 1:], out=even[:, 1:])
+        np.add(m[:, :-1], q[:, 1:], out=odd[:, :-1])
+        even[:, 0] = xs[:, 0]
+        odd[:, -1] = xs[:, -1]
+
+    parallel(rows, x3.shape[0], 2 * y.size)
     return y.reshape(*lead, 2 * n, *trail)
 
 

@@ -163,7 +163,8 @@ class SessionOptions:
         self.free_dimension_overrides[str(dim_name)] = int(dim_value)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        """Stored for :meth:`get_session_config_entry`; gpubackend reads none of onnxruntime's keys."""
+        """Stored for :meth:`get_session_config_entry` and handed to the onnxruntime CPU engine's
+        sessions (e.g. ``session.intra_op.allow_spinning``); the other paths read none of them."""
         self.config_entries[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:

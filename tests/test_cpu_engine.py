@@ -73,6 +73,16 @@ def test_one_onnxruntime_session_per_shape_signature() -> None:
     assert len(segments) == 2 and all(len(seg._sessions) == 1 for seg in segments)
 
 
+def test_session_config_entries_reach_the_onnxruntime_engine() -> None:
+    opts = gpubackend.SessionOptions()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = gpubackend.Session(_conv_act_model("Relu"), path="cpu", cpu_engine="onnxruntime", options=opts)
+    x = np.random.default_rng(0).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    sess.run({"x": x})
+    (ort_sess,) = [s for v in sess._variants.values() for seg in v.segments for s in seg._sessions.values()]
+    assert ort_sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 @pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
 def test_run_time_node_failure_is_a_gpubackend_error(engine: str) -> None:
     sess = gpubackend.Session(_dynamic_gather_model(), path="cpu", cpu_engine=engine)
@@ -169,19 +179,20 @@ def test_subgraph_outputs_get_types_when_the_model_left_them_open() -> None:
 
 @pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
 def test_cpu_segment_between_gpu_segments(engine: str) -> None:
-    """ReduceMean over channels has no gles31 kernel: it runs as a CPU segment between two GPU
-    segments, on either engine."""
+    """An opset-11 Softmax (over C*H*W at once) has no gles31 kernel: it runs as a CPU segment between
+    two GPU segments, on either engine."""
     if not gpubackend.probe().usable("gles31"):
         pytest.skip("gles31 is not verified on this machine")
-    nodes = [helper.make_node("Relu", ["x0"], ["x"]), helper.make_node("ReduceMean", ["x"], ["y"], axes=[1]),
+    nodes = [helper.make_node("Relu", ["x0"], ["x"]), helper.make_node("Softmax", ["x"], ["y"], axis=1),
              helper.make_node("Relu", ["y"], ["z"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 3, 4, 4])],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1, 4, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
     x = np.random.default_rng(22).standard_normal((1, 3, 4, 4)).astype(np.float32)
     sess = gpubackend.Session(model, path="gles31", cpu_engine=engine)
     (got,) = sess.run({"x0": x})
-    np.testing.assert_allclose(got, np.maximum(x, 0).mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    e = np.exp(np.maximum(x, 0))
+    np.testing.assert_allclose(got, e / e.sum(), rtol=1e-5, atol=1e-6)
     assert f"gles31[1] -> cpu:{engine}[1] -> gles31[1]" in sess.explain()
 
 

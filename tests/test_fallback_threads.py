@@ -109,3 +109,77 @@ def test_parts_see_the_callers_errstate_and_outside_the_scope_nothing_splits(mon
     calls = []
     _runtime.parallel(lambda a, b: calls.append((a, b)), 64, work=10**9)
     assert calls == [(0, 64)]
+
+
+@pytest.mark.parametrize("op,attrs", [("Relu", {}), ("Sigmoid", {}), ("HardSwish", {}), ("Tanh", {}),
+                                      ("LeakyRelu", {"alpha": 0.1}), ("HardSigmoid", {}), ("Clip", {})])
+def test_activations_threads_match_one_thread(op: str, attrs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    x = np.random.default_rng(1).standard_normal((1, 5, 7, 9)).astype(np.float32) * 10
+    x.reshape(-1)[[0, 7, 100]] = [np.nan, np.inf, -np.inf]
+    inputs = [x, np.float32(-1.0), np.float32(2.5)] if op == "Clip" else [x]
+    one, many = _run_both(op, inputs, attrs)
+    np.testing.assert_array_equal(many, one)
+
+
+@pytest.mark.parametrize("shapes", [((2, 6, 5, 4), (2, 6, 5, 4)), ((1, 6, 5, 4), (6, 1, 1)), ((3, 1, 4), (5, 1)),
+                                    ((1, 8, 1, 1), (1, 8, 3, 3))])
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_binary_threads_match_one_thread(op: str, shapes: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    monkeypatch.setattr(fallback.elementwise, "_THREADED_BINARY_MIN", 1)
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    b.reshape(-1)[0] = 0.0
+    one, many = _run_both(op, [a, b], {})
+    np.testing.assert_array_equal(many, one)
+    out = np.empty_like(one)
+    with fallback.kernel_threads(3), np.errstate(all="ignore"):
+        fallback.binary(getattr(np, {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}[op]),
+                        a, b, out)
+    np.testing.assert_array_equal(out, one)
+
+
+def test_resize_linear_x2_threads_match_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    x = np.random.default_rng(4).standard_normal((1, 5, 6, 7)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    scales = np.array([1, 1, 2, 2], np.float32)
+    one, many = _run_both("Resize", [x, None, scales], dict(mode="linear",
+                                                           coordinate_transformation_mode="half_pixel"))
+    np.testing.assert_array_equal(many, one)
+
+
+def test_buffer_pool_reuses_only_buffers_nothing_refers_to() -> None:
+    pool = fallback.BufferPool()
+    shape, dt = (4, 1 << 16), np.dtype(np.float32)
+    with pool.active():
+        a = _runtime.empty(shape, dt)
+        view = a[1:]
+        assert _runtime.empty(shape, dt) is not a  # a is alive
+        del a
+        b = _runtime.empty(shape, dt)
+        assert not np.shares_memory(b, view)  # a view keeps its base alive
+        del view, b
+        c = _runtime.empty(shape, dt)  # now the first buffer is free again
+        d = _runtime.empty(shape, dt)
+        assert not np.shares_memory(c, d)
+        small = _runtime.empty((4,), dt)
+        assert _runtime.empty((4,), dt) is not small  # small buffers are not pooled
+    assert _runtime.empty(shape, dt) is not c  # outside the block: plain np.empty
+
+
+def test_numpy_engine_never_overwrites_outputs_a_caller_holds() -> None:
+    import models  # tests/models.py
+
+    import gpubackend
+
+    model = models.unet_like(size=256)  # its 256 KiB output is a pooled buffer
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
+    rng = np.random.default_rng(5)
+    feeds = [{"input": rng.random((1, 3, 256, 256), dtype=np.float32)} for _ in range(3)]
+    held = [sess.run(f)[0] for f in feeds]  # the pool must not hand these buffers out again
+    fresh = [gpubackend.Session(model, path="cpu", cpu_engine="numpy").run(f)[0] for f in feeds]
+    for got, want in zip(held, fresh):
+        np.testing.assert_array_equal(got, want)
+    assert not np.shares_memory(held[0], held[1]) and not np.shares_memory(held[1], held[2])

@@ -311,6 +311,9 @@ class Demo:
         self.smoother = TemporalSmoother(args.smoothing)
         self.latency = LatencyStats()  # capture -> shown/written
         self.infer = LatencyStats()  # session.run only
+        # per-frame milliseconds of each CPU-side stage (capture and preprocess run on their own
+        # threads; compose and encode on the output loop of a headless run)
+        self.stages = {name: LatencyStats() for name in ("capture", "preprocess", "compose", "encode")}
         self.frame_times: list[float] = []
         self.path_counts: dict[str, int] = {}
         self.last: Result | None = None
@@ -365,6 +368,8 @@ class Demo:
         self.frame_times.append(now)
         self.latency.add((now - res.frame.t_capture) * 1e3)
         self.infer.add(res.infer_ms)
+        self.stages["capture"].add(res.frame.capture_ms)
+        self.stages["preprocess"].add(res.preprocess_ms)
         self.path_counts[res.path] = self.path_counts.get(res.path, 0) + 1
         self.last = res
         return self.smoother(res.mask)
@@ -416,6 +421,7 @@ class Demo:
             "wall_seconds": round(wall, 3),
             "latency_ms": self.latency.summary(),
             "inference_ms": self.infer.summary(),
+            "stage_ms_p50": {name: st.summary()["p50"] for name, st in self.stages.items() if st.samples},
             "path_requested": self.args.path,
             "path": res.path if res else getattr(worker.session, "path", None),
             "frames_per_path": self.path_counts,
@@ -459,11 +465,15 @@ class Demo:
                         break
                     continue
                 mask = self.account(res)
+                t0 = time.perf_counter()
                 h, w = res.frame.image.shape[:2]
                 img = compose(res.frame.image, upsample_mask(mask, w, h), self.mode, self.background)
                 if not a.no_hud:
                     draw_hud(img, self.hud_lines(res, worker))
+                t1 = time.perf_counter()
                 writer.write(img)
+                self.stages["compose"].add((t1 - t0) * 1e3)
+                self.stages["encode"].add((time.perf_counter() - t1) * 1e3)
                 last_img = img
                 if a.quit_after and time.perf_counter() - t_start > a.quit_after:
                     self.quit_reason = "--quit-after"
@@ -569,6 +579,8 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
             f"p99 {lat['p99']:.1f} ms; "
             f"inference p50 {inf['p50']:.1f} ms, p95 {inf['p95']:.1f} ms"
         )
+    if summary.get("stage_ms_p50"):
+        print("CPU stages p50: " + ", ".join(f"{k} {v:.1f} ms" for k, v in summary["stage_ms_p50"].items()))
     out = summary["output"]
     for key in ("video", "frames_dir", "last_frame", "screenshot", "summary"):
         if out.get(key):

@@ -34,7 +34,8 @@ def create_path(key: str, precision: str = "fp32", disabled_kernels: frozenset[s
     module = path_module(key)
     if key == "cpu" and options is not None:
         path = module.create(precision=precision, disabled_kernels=disabled_kernels, engine=options.cpu_engine,
-                             blas_threads=options.blas_threads, ort_threads=options.intra_op_num_threads)
+                             blas_threads=options.blas_threads, ort_threads=options.intra_op_num_threads,
+                             ort_config=dict(options.config_entries))
     elif key == "gles3" and options is not None and options.gles3_render_targets is not None:
         path = module.create(precision=precision, disabled_kernels=disabled_kernels,
                              targets=options.gles3_render_targets)

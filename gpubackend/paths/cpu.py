@@ -89,7 +89,7 @@ def _in_place(ufunc: Any, target: int, kernel: Any) -> Any:
         if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype.kind == "f"
                 and t.flags.writeable and t.flags.c_contiguous and other.ndim <= t.ndim
                 and all(o in (1, s) for o, s in zip(reversed(other.shape), reversed(t.shape)))):
-            return [ufunc(a, b, out=t)]
+            return [fallback.binary(ufunc, a, b, out=t)]
         return kernel(inputs, attrs, opset)
 
     return run
@@ -98,7 +98,9 @@ def _in_place(ufunc: Any, target: int, kernel: Any) -> Any:
 class NumpySegment(Segment):
     """Runs its nodes through the ``fallback`` kernels as a plan compiled once: kernels looked up,
     constants bound and each intermediate's last use known in advance, and one floating-point
-    error state, BLAS thread and kernel thread scope around the whole run instead of one per node. A float
+    error state, BLAS thread and kernel thread scope around the whole run instead of one per node.
+    Large kernel buffers come from a ``fallback.BufferPool`` kept from run to run (no page faults
+    for fresh memory on every run; a buffer is reused only once nothing refers to it). A float
     Add/Sub/Mul/Div whose operand is a fresh intermediate read by nothing else runs in place."""
 
     engine = "numpy"
@@ -109,6 +111,8 @@ class NumpySegment(Segment):
         self._blas_threads = blas_threads
         self._threads = threads
         self._opset = graph.opset
+        self._pools: list[fallback.BufferPool] = []  # idle ones; a run takes one (runs may overlap)
+        self._pools_lock = threading.Lock()
         last_use: dict[str, int] = {}
         for idx, node in enumerate(nodes):
             for name in node.inputs:
@@ -140,11 +144,19 @@ class NumpySegment(Segment):
         return kernel
 
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
+        with self._pools_lock:
+            pool = self._pools.pop() if self._pools else fallback.BufferPool()
+        result = self._run(feeds, stats, pool)
+        with self._pools_lock:  # not after a failure: a traceback may still hold its buffers
+            self._pools.append(pool)
+        return result
+
+    def _run(self, feeds: dict[str, np.ndarray], stats: RunStats, pool: fallback.BufferPool) -> dict[str, np.ndarray]:
         env = dict(feeds)
         opset = self._opset
         profile = stats.profile
         with (fallback.blas_threads(self._blas_threads), fallback.kernel_threads(self._threads),
-              np.errstate(all="ignore")):
+              pool.active(), np.errstate(all="ignore")):
             for node, kernel, args, release in self._plan:
                 t0 = time.perf_counter() if profile else 0.0
                 try:
@@ -255,9 +267,10 @@ class OnnxruntimeSegment(Segment):
     engine = "onnxruntime"
 
     def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
-                 threads: int = 0, blas_threads: int = 1):
+                 threads: int = 0, blas_threads: int = 1, config: dict[str, str] | None = None):
         super().__init__("cpu", nodes, inputs, outputs)
         self._threads = threads
+        self._config = dict(config or {})
         self._blas_threads = blas_threads
         self._graph = graph
         self._sessions: dict[tuple, Any] = {}
@@ -283,6 +296,8 @@ class OnnxruntimeSegment(Segment):
         opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
         opts.intra_op_num_threads = self._threads
+        for key, value in self._config.items():
+            opts.add_session_config_entry(key, value)
         if profile_prefix:
             opts.enable_profiling = True
             opts.profile_file_prefix = profile_prefix
@@ -350,16 +365,19 @@ class CpuPath(Path):
     """``engine``: see :func:`resolve_engine`. ``blas_threads``: NumPy BLAS threads during a numpy
     run (None: 1, see ``fallback._runtime``); ``ort_threads``: intra-op threads of either engine (0:
     the default, onnxruntime's one per physical core, or for numpy one kernel thread per usable core,
-    see ``fallback.kernel_threads``)."""
+    see ``fallback.kernel_threads``); ``ort_config``: session config entries for the onnxruntime
+    engine's sessions (``SessionOptions.add_session_config_entry``)."""
 
     key = "cpu"
 
     def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
-                 engine: str = "auto", blas_threads: int | None = None, ort_threads: int = 0):
+                 engine: str = "auto", blas_threads: int | None = None, ort_threads: int = 0,
+                 ort_config: dict[str, str] | None = None):
         super().__init__(precision, disabled_kernels)
         self.engine = resolve_engine(engine)
         self.blas_threads = blas_threads or 1
         self.ort_threads = ort_threads
+        self.ort_config = dict(ort_config or {})
 
     def decline(self, node: Node, graph: Graph) -> str | None:
         if node.op_type not in fallback.supported_ops(node.domain):
@@ -369,10 +387,11 @@ class CpuPath(Path):
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         if self.engine == "onnxruntime":
-            return OnnxruntimeSegment(nodes, graph, inputs, outputs, self.ort_threads, self.blas_threads)
+            return OnnxruntimeSegment(nodes, graph, inputs, outputs, self.ort_threads, self.blas_threads,
+                                      self.ort_config)
         return NumpySegment(nodes, graph, inputs, outputs, self.blas_threads, self.ort_threads)
 
 
 def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), engine: str = "auto",
-           blas_threads: int | None = None, ort_threads: int = 0) -> CpuPath:
-    return CpuPath(precision, disabled_kernels, engine, blas_threads, ort_threads)
+           blas_threads: int | None = None, ort_threads: int = 0, ort_config: dict[str, str] | None = None) -> CpuPath:
+    return CpuPath(precision, disabled_kernels, engine, blas_threads, ort_threads, ort_config)
