@@ -62,7 +62,7 @@ def _epilogue(y: np.ndarray, b: np.ndarray | None, m: int, op: str, act: tuple |
             np.copyto(dst, src)
         apply_activation(dst, act)
 
-    parallel(part, m, y.size)
+    parallel(part, m, y.size * (1 + (b is not None) + 3 * (act is not None)))  # passes per element
     return res
 
 
