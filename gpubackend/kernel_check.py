@@ -11,6 +11,8 @@ kernel and driver. Verdicts live in ``<cache dir>/kernel-checks-<probe key>.json
 cache key already hashes the driver files, the kernel sources and ``GPUBACKEND_FAULT``, so a new
 driver or changed shader is checked again. A kernel is the path module's ``kernel_name`` (e.g.
 ``conv``, ``depthwise``, ``gemm``), so one configuration vouches for the kernel on this driver.
+The node is checked at a small size (its inputs' spatial axes cut to ``SMALL_EXTENT``) when it
+keeps its kernel there, else at its real size.
 
 ``SessionOptions.kernel_check`` (``GPUBACKEND_KERNEL_CHECK=0``) turns it off.
 """
@@ -36,6 +38,9 @@ log = logging.getLogger("gpubackend")
 # bounds are loose against real rounding so that only a kernel computing something else fails)
 TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2}
 FILE_PREFIX = "kernel-checks-"
+# The check shrinks every axis after the first two (batch, channels) of the node's inputs to at
+# most this, when the node stays valid and keeps its kernel at that size (else: its real shapes).
+SMALL_EXTENT = 32
 _SEED = 20261124
 
 
@@ -155,6 +160,34 @@ def compare(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(g[finite] - r[finite])) / max(1.0, float(np.max(np.abs(r[finite])))))
 
 
+def shrunk(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | None],
+           kernel: str) -> tuple[Node, Graph] | None:
+    """``node`` alone in a graph whose inputs have their spatial (and later) axes cut to
+    :data:`SMALL_EXTENT`, the same attributes and constants, so checking it costs little however
+    large the real tensors are; None when nothing shrinks, or the smaller node is invalid (a
+    Reshape to a fixed shape, say) or would run another kernel."""
+    from .model import to_graph
+    from .paths.cpu import subgraph_model
+    from .planner import segment_io
+
+    ((ins, _),) = segment_io(graph, [("check", [node])])
+    shapes = {n: graph.shape(n) for n in ins}
+    if not ins or any(s is None or None in s or n not in graph.dtypes for n, s in shapes.items()):
+        return None
+    small = {n: tuple(d if i < 2 else min(d, SMALL_EXTENT) for i, d in enumerate(s))  # type: ignore[union-attr]
+             for n, s in shapes.items()}
+    if small == shapes:
+        return None
+    try:
+        feeds = {n: np.zeros(small[n], graph.dtypes[n]) for n in ins}
+        g = to_graph(subgraph_model([node], graph, feeds, [o for o in node.outputs if o]))
+    except Exception:  # noqa: BLE001 - not valid at the small size: check the real one
+        return None
+    if len(g.nodes) != 1 or kernel_name(g.nodes[0], g) != kernel:
+        return None
+    return g.nodes[0], g
+
+
 def run_check(gpu: Path, reference: Path, node: Node, graph: Graph, precision: str) -> tuple[bool, str] | None:
     """Run ``node`` alone on ``gpu`` and on ``reference`` with seeded random inputs of its real
     shapes: (passed, detail), or None when the check says nothing (inputs of unknown shape, or a
@@ -241,7 +274,8 @@ class CheckedPath(Path):
             verdict = (bool(stored["ok"]), str(stored.get("detail", "")) + " (cached)")
         else:
             t0 = time.perf_counter()
-            result = run_check(self.inner, self._reference(), node, graph, self.precision)
+            target = shrunk(node, graph, self._kernel_name, kernel) or (node, graph)
+            result = run_check(self.inner, self._reference(), *target, self.precision)
             self.seconds += time.perf_counter() - t0
             if result is None:
                 return True, "not checked"

@@ -702,7 +702,7 @@ class Session:
         for variant in self._variants.values():
             for seg in variant.segments:
                 seg.close()
-        for path in self._paths.values():
+        for path in [*self._paths.values(), *([self._reference] if self._reference is not None else [])]:
             path.close()
         self._variants.clear()
 

@@ -117,3 +117,24 @@ def test_compare_measure() -> None:
     assert compare(np.array([1.0, np.nan, -np.inf, -2.0], np.float32), ref) == float("inf")
     assert compare(np.array([1.0, np.nan, np.inf, -2.5], np.float32), ref) == pytest.approx(0.25)
     assert compare(np.array([1, 2]), np.array([1, 3])) == float("inf")
+
+
+def test_a_large_node_is_checked_at_a_small_size(fault_env) -> None:
+    fault_env("")
+    _need("gles31")
+    from gpubackend.kernel_check import SMALL_EXTENT, shrunk
+    from gpubackend.model import to_graph
+    from gpubackend.paths.gles31 import kernel_name
+
+    model = _conv_relu_model()
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 200
+    model.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 120
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = 200
+    model.graph.output[0].type.tensor_type.shape.dim[3].dim_value = 120
+    graph = to_graph(model)
+    conv = next(n for n in graph.nodes if n.op_type == "Conv")
+    node, small = shrunk(conv, graph, kernel_name, kernel_name(conv, graph))
+    assert small.shape(node.inputs[0]) == (1, 3, SMALL_EXTENT, SMALL_EXTENT)
+    assert small.shape(node.outputs[0]) == (1, 8, SMALL_EXTENT, SMALL_EXTENT)
+    np.testing.assert_array_equal(small.constants[node.inputs[1]], graph.constants[conv.inputs[1]])
+    assert node.attrs == conv.attrs
