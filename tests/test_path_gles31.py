@@ -440,14 +440,16 @@ def _model_with(op: str, **attrs):
 
 
 def test_fallback_places_unsupported_on_cpu(gles31):
-    model = _model_with("DepthToSpace", blocksize=1)
+    model = _model_with("Softmax", axis=1)  # opset 11: over C*H*W at once, which no compute kernel does
+    model.opset_import[0].version = 11
     x = np.random.default_rng(22).standard_normal((1, 3, 4, 4)).astype(np.float32)
     sess = gpubackend.Session(model, path="gles31", fallback=True)
     got = sess.run({"x0": x})[0]
     ops = {n.name: n.op_type for n in sess._current.graph.nodes}  # noqa: SLF001
     assert {ops.get(n, n): k for n, k in sess.placement.items() if n in ops} == \
-        {"Relu": "gles31", "DepthToSpace": "cpu"}
-    want = np.maximum(x, 0)
+        {"Relu": "gles31", "Softmax": "cpu"}
+    e = np.exp(np.maximum(x, 0))
+    want = np.maximum(e / e.sum(), 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert sess.stats.uploads == 2 and sess.stats.downloads == 2  # two GPU segments around the CPU node
     with pytest.raises(UnsupportedOperatorError):

@@ -90,10 +90,12 @@ Record = Kernel | Alias
 
 # ---- the packed layout (host side, NumPy) ----------------------------------------------------
 def view4(shape: tuple[int, ...]) -> tuple[tuple[int, int, int, int], int]:
-    """``shape`` left-padded to rank 4 and the index of its packed axis in that padded shape."""
+    """``shape`` left-padded to rank 4 and the index of its packed axis in that padded shape.
+    Above rank 4 the packed axis is the last and the leading axes merge into the first (the same
+    bytes: only the index-map kernels of ``compute_ops`` accept such tensors, see ``_float_tensor``)."""
     shape = tuple(int(d) for d in shape)
     if len(shape) > 4:
-        raise Decline(f"rank {len(shape)} tensors are not supported (at most 4)")
+        return (math.prod(shape[:-3]),) + shape[-3:], 3  # type: ignore[return-value]
     if len(shape) == 4:
         return shape, 1  # type: ignore[return-value]
     return (1,) * (4 - len(shape)) + shape, 3  # type: ignore[return-value]
@@ -112,15 +114,15 @@ def vec4_count(shape: tuple[int, ...]) -> int:
     return d0 * d1 * d2 * c4
 
 
-def pack(x: np.ndarray) -> np.ndarray:
-    """A float32 tensor in the packed layout, as an array of shape (vec4_count, 4)."""
-    x = np.asarray(x, dtype=np.float32)
+def pack(x: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+    """A tensor in the packed layout (float32 unless ``dtype``), as an array of shape (vec4_count, 4)."""
+    x = np.asarray(x, dtype=dtype)
     s4, pa = view4(x.shape)
     moved = np.moveaxis(x.reshape(s4), pa, -1)
     c = s4[pa]
     pad = (-c) % 4
     if pad:
-        moved = np.concatenate([moved, np.zeros(moved.shape[:-1] + (pad,), np.float32)], axis=-1)
+        moved = np.concatenate([moved, np.zeros(moved.shape[:-1] + (pad,), dtype)], axis=-1)
     return np.ascontiguousarray(moved).reshape(-1, 4)
 
 
@@ -214,12 +216,13 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...]:
     return tuple(int(d) for d in s)
 
 
-def _float_tensor(graph: Graph, name: str) -> tuple[int, ...]:
+def _float_tensor(graph: Graph, name: str, max_rank: int = 4) -> tuple[int, ...]:
     dt = graph.constants[name].dtype if name in graph.constants else graph.dtypes.get(name, np.dtype(np.float32))
     if np.dtype(dt) != np.float32:
         raise Decline(f"{name!r} is {np.dtype(dt)}; compute kernels handle float32 tensors only")
     shape = _shape(graph, name)
-    view4(shape)
+    if len(shape) > max_rank:
+        raise Decline(f"rank {len(shape)} tensors are not supported (at most {max_rank})")
     if math.prod(shape) == 0:
         raise Decline(f"{name!r} is empty")
     return shape
@@ -529,7 +532,8 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
         raise Decline(f"{node.op_type} with {len(node.inputs)} inputs (2 supported)")
     y = node.outputs[0]
     ys = _shape(graph, y)
-    view4(ys)
+    if len(ys) > 4:
+        raise Decline(f"rank {len(ys)} output (broadcasting handles at most 4)")
     ba, sa, fa = _operand(graph, node.inputs[0], ys, f"{node.name}/a")
     bb, sb, fb = _operand(graph, node.inputs[1], ys, f"{node.name}/b")
     d0, d1, d2, c4, c = mem_dims(ys)
@@ -854,10 +858,13 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
-    return out
+    return out + compute_ops.variants()
 
 
 __all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats", "generate",
            "glsl_source",
            "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variants",
            "vec4_count", "view4"]
+
+# More generators (index-map layout ops, reductions, normalisations, ...) register themselves here.
+from . import compute_ops  # noqa: E402
