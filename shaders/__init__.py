@@ -44,9 +44,10 @@ def expand(name: str, _stack: tuple[str, ...] = ()) -> str:
     return _INCLUDE.sub(repl, read(name))
 
 
-# NVIDIA's GLSL compiler otherwise assumes no NaN or Inf (folding isnan tests and inf - inf, so
-# gles2's encoding loses NaN) and divides through an approximate reciprocal; other compilers ignore
-# pragmas they do not know (GLSL ES 1.00 / 3.x, section 3.4).
+# On an NVIDIA H100 (driver 580) gles2's encoding lost NaN (decoded as 0) and Softsign(-1e38)
+# gave -0: the compiler assumes no NaN/Inf and divides through a flushed reciprocal. These pragmas
+# ask it for IEEE behaviour (not yet re-checked on that device); other compilers ignore pragmas
+# they do not know (GLSL ES 1.00 / 3.x, section 3.4).
 GL_PRAGMAS = "#pragma optionNV(fastmath off)\n#pragma optionNV(fastprecision off)"
 
 
