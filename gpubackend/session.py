@@ -505,6 +505,11 @@ class Session:
             raise InputError(f"input {name!r} has shape {list(value.shape)}, the model expects {shown}")
         return value
 
+    def input_shape(self, name: str) -> tuple[int | None, ...] | None:
+        """The declared (or ``input_shapes``-pinned) shape of input ``name``; None per symbolic dim."""
+        shape = self._base_graph.input_shapes.get(name)
+        return None if shape is None else tuple(shape)
+
     def on_device(self, fn: Callable[..., T], *args: Any) -> T:
         """Call ``fn(*args)`` where this session's GPU objects live (its GPU thread, or the thread
         owning its GL context) and return the result: how a caller makes or draws with GL objects

@@ -329,3 +329,55 @@ def test_compose_modes() -> None:
     assert blur[:, :28].std() < frame[:, :28].std() / 2
     with pytest.raises(ValueError):
         compose(frame, mask, "sepia")
+
+
+@pytest.mark.parametrize("path", ["gles3", "gles31"])
+def test_device_resident_frames_never_return_to_the_cpu(path: str, tmp_path: Path) -> None:
+    """The frame is uploaded once; resize, inference, mask and compositing stay on the GPU: no
+    other upload, and no download at all without a video (one per frame with one)."""
+    import gpubackend
+
+    if not gpubackend.probe().usable(path):
+        pytest.skip(f"the probe did not verify {path} here")
+    for video, downloads in ((False, 0), (True, 1)):
+        out_dir = tmp_path / f"out{int(video)}"
+        cmd = [*_demo_cmd(), "--headless", "--source", "synthetic", "--path", path, "--frames", "3",
+               "--width", "160", "--height", "120", "--output", str(out_dir), *([] if video else ["--no-video"])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads((out_dir / "summary.json").read_text())
+        assert summary["device_resident"], summary["notes"]
+        assert summary["frames"] == 3
+        per_frame = summary["transfers_per_frame"]
+        assert per_frame["uploads"] == 1 and per_frame["downloads"] == downloads, per_frame
+        assert "device-resident" in proc.stdout and "1 up" in proc.stdout
+        assert (summary["output"]["video"] is not None) == video
+
+
+def test_host_pipeline_counts_its_transfers_and_shape_option(tmp_path: Path) -> None:
+    """--no-device-resident on a GL path moves the input and the mask through the host each frame;
+    --shape pins a symbolic input of a user model."""
+    import onnx
+
+    import gpubackend
+    from gpubackend.models import selfie_model_path
+
+    model = onnx.load(str(selfie_model_path()))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "height", "width"
+    user_model = tmp_path / "symbolic.onnx"
+    onnx.save(model, str(user_model))
+    name = model.graph.input[0].name
+    path = "gles3" if gpubackend.probe().usable("gles3") else "cpu"
+    out_dir = tmp_path / "out"
+    cmd = [*_demo_cmd(), "--headless", "--source", "synthetic", "--path", path, "--frames", "2", "--no-video",
+           "--no-device-resident", "--width", "160", "--height", "120", "--output", str(out_dir),
+           "--model", str(user_model), "--shape", f"{name}=1x3x256x256"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert not summary["device_resident"] and summary["frames"] == 2
+    if path != "cpu":
+        assert summary["transfers_per_frame"] == {"uploads": 1, "downloads": 1}
+    bad = subprocess.run([*_demo_cmd(), "--shape", "nonsense"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "NAME=" in bad.stderr

@@ -1,6 +1,7 @@
-"""Sessions from any thread, on every path: a session created in one thread runs in another, two
-threads share one session, run_async. Each path is checked in a fresh interpreter: the process's
-GL context is bound to one thread, and earlier tests in this process may have taken it."""
+"""Sessions from any thread, on every path: a session created in one thread runs in another, four
+threads share one session (20 runs each, bit-equal to a single-thread run), run_async. Each path
+is checked in a fresh interpreter: GL contexts are bound to threads, and earlier tests in this
+process may have made some."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np, onnx
     import gpubackend
 
+    THREADS, RUNS = 4, 20
     model = onnx.load(sys.argv[1])
     ref = gpubackend.Session(model, path="cpu")
     rng = np.random.default_rng(0)
@@ -46,16 +48,21 @@ SCRIPT = textwrap.dedent("""
         report["placement"] = sorted(set(sess.placement.values()))
         report["thread_mode"] = sess.thread_mode
         report["errors"].append(err(sess.run({"x": xs[0]})[0], want[0]))   # another thread (main) runs it
+        single = [sess.run({"x": x})[0] for x in xs]                        # this session, one thread
+        report["differs"] = 0
 
         def share(offset):
             try:
-                for i in range(offset, len(xs), 2):
-                    report["errors"].append(err(sess.run({"x": xs[i]})[0], want[i]))
+                for k in range(RUNS):
+                    i = (offset + k) % len(xs)
+                    got = sess.run({"x": xs[i]})[0]
+                    report["errors"].append(err(got, want[i]))
+                    report["differs"] += int(not np.array_equal(got, single[i]))
                 report["threads"].append(threading.current_thread().name)
             except Exception as exc:
                 report["threads"].append(f"{type(exc).__name__}: {exc}")
 
-        pair = [threading.Thread(target=share, args=(k,), name=f"sharer{k}") for k in (0, 1)]
+        pair = [threading.Thread(target=share, args=(k,), name=f"sharer{k}") for k in range(THREADS)]
         for t in pair: t.start()
         for t in pair: t.join()
         futures = [sess.run_async({"x": x}) for x in xs]
@@ -113,5 +120,6 @@ def test_session_from_any_thread(path: str, mode: str, reports) -> None:
     assert "failed" not in report, report.get("failed")
     assert report["placement"] == [path]
     assert report["thread_mode"] == ("inline" if path == "cpu" else "worker")
-    assert sorted(report["threads"]) == ["sharer0", "sharer1"], report["threads"]
-    assert len(report["errors"]) == 1 + 6 + 6 and max(report["errors"]) < 1e-4, report["errors"]
+    assert sorted(report["threads"]) == [f"sharer{k}" for k in range(4)], report["threads"]
+    assert len(report["errors"]) == 1 + 4 * 20 + 6 and max(report["errors"]) < 1e-4, report["errors"]
+    assert report["differs"] == 0  # 4 threads x 20 runs give exactly what one thread gets

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .pipeline import CaptureThread, InferenceThread, LatencyStats, Mailbox, Result
+from ..commands import add_shape_option, shapes_of
+from ..errors import OptionError
+from .pipeline import CaptureThread, InferenceThread, LatencyStats, Mailbox, Result, _make_session
 from .processing import (
     MODES,
     TINT_RGB,
@@ -80,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--screenshot-after", type=int, default=5, help="window mode: take the screenshot at this frame")
     ap.add_argument("--quit-after", type=float, default=0.0, help="quit after this many seconds (0: never)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    ap.add_argument(
+        "--device-resident",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="headless on gles3/gles31: keep the frame on the GPU from upload to composite (resize, inference, "
+        "mask upsampling and blending in shaders; read back only for a written video); "
+        "--no-device-resident preprocesses and composites on the CPU, to compare (default on)",
+    )
+    ap.add_argument("--no-video", action="store_true",
+                    help="headless: write no video or frames, only summary.json (to measure FPS; with "
+                    "--device-resident the frame then never returns to the CPU)")
+    add_shape_option(ap)
     return ap
 
 
@@ -320,6 +334,7 @@ class Demo:
         self.background: np.ndarray | None = None
         self.quit_reason = ""
         self.max_frames = 0
+        self.transfers: dict[str, int] = {}  # summed over frames: uploads, downloads
 
     def model_path(self) -> str:
         if self.args.model:
@@ -372,7 +387,10 @@ class Demo:
         self.stages["preprocess"].add(res.preprocess_ms)
         self.path_counts[res.path] = self.path_counts.get(res.path, 0) + 1
         self.last = res
-        return self.smoother(res.mask)
+        if res.transfers is not None:
+            for key, value in res.transfers.items():
+                self.transfers[key] = self.transfers.get(key, 0) + value
+        return self.smoother(res.mask) if res.mask is not None else None
 
     def start(self, live: bool) -> tuple[Any, CaptureThread, InferenceThread, Mailbox[Result]]:
         a = self.args
@@ -390,7 +408,22 @@ class Demo:
         model = self.model_path()
         frames_box: Mailbox[Any] = Mailbox()
         results: Mailbox[Result] = Mailbox()
-        worker = InferenceThread(model, a.path, frames_box, results, lossless=not live)
+        try:
+            shapes = shapes_of(a)
+        except OptionError as exc:
+            raise DemoError(str(exc)) from exc
+        device = None
+        if a.device_resident and not live:  # the window composites in its own GL context
+            from .device_pipeline import DeviceFramePipeline
+
+            background = self.background
+
+            def device(sess: Any) -> DeviceFramePipeline:
+                return DeviceFramePipeline(sess, a.width, a.height, self.mode, background, a.smoothing)
+
+        worker = InferenceThread(model, a.path, frames_box, results, lossless=not live,
+                                 session_factory=lambda m, p: _make_session(m, p, shapes or None),
+                                 device_pipeline=device, readback=not a.no_video)
         worker.start()
         worker.ready.wait()
         if worker.error is not None:
@@ -437,6 +470,9 @@ class Demo:
             "smoothing": self.args.smoothing,
             "headless": headless,
             "dropped_frames": None,
+            "device_resident": worker.pipeline is not None,
+            "transfers_per_frame": {k: round(v / max(1, len(self.frame_times)), 3) for k, v in self.transfers.items()},
+            "notes": list(worker.notes),
             "quit_reason": self.quit_reason,
             "output": outputs,
         }
@@ -445,11 +481,11 @@ class Demo:
     def run_headless(self) -> dict[str, Any]:
         a = self.args
         out_dir = Path(a.output).resolve()
-        source, capture, worker, results = self.start(live=False)
         if self.mode == "replace":
             self.background = self.load_background()
+        source, capture, worker, results = self.start(live=False)
         fps = source.fps if source.fps > 0 else 30.0
-        writer = OutputWriter(out_dir, a.width, a.height, fps=fps, png=a.png)
+        writer = None if a.no_video else OutputWriter(out_dir, a.width, a.height, fps=fps, png=a.png)
         last_img: np.ndarray | None = None
         t_start = time.perf_counter()
         self.quit_reason = "end of source"
@@ -467,30 +503,40 @@ class Demo:
                 mask = self.account(res)
                 t0 = time.perf_counter()
                 h, w = res.frame.image.shape[:2]
-                img = compose(res.frame.image, upsample_mask(mask, w, h), self.mode, self.background)
-                if not a.no_hud:
+                if res.composite is not None:  # composited on the GPU and read back for the writer
+                    img = np.array(res.composite)
+                elif mask is not None:
+                    img = compose(res.frame.image, upsample_mask(mask, w, h), self.mode, self.background)
+                else:  # device-resident with no writer: the frame stayed on the GPU
+                    img = None
+                if img is not None and not a.no_hud and writer is not None:
                     draw_hud(img, self.hud_lines(res, worker))
                 t1 = time.perf_counter()
-                writer.write(img)
+                if img is not None and writer is not None:
+                    writer.write(img)
+                    last_img = img
                 self.stages["compose"].add((t1 - t0) * 1e3)
                 self.stages["encode"].add((time.perf_counter() - t1) * 1e3)
-                last_img = img
                 if a.quit_after and time.perf_counter() - t_start > a.quit_after:
                     self.quit_reason = "--quit-after"
                     break
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
             self.finish(capture, worker)
-        if last_img is None:
+        if not self.frame_times:
             raise DemoError("no frame was processed")
-        import cv2
+        last_png = None
+        if last_img is not None:
+            import cv2
 
-        last_png = out_dir / "last_frame.png"
-        cv2.imwrite(str(last_png), last_img[:, :, ::-1])
+            last_png = out_dir / "last_frame.png"
+            cv2.imwrite(str(last_png), last_img[:, :, ::-1])
+        out_dir.mkdir(parents=True, exist_ok=True)
         outputs = {
-            "video": str(writer.video) if writer.video else None,
-            "frames_dir": str(writer.frames_dir) if writer.frames_dir else None,
-            "last_frame": str(last_png),
+            "video": str(writer.video) if writer is not None and writer.video else None,
+            "frames_dir": str(writer.frames_dir) if writer is not None and writer.frames_dir else None,
+            "last_frame": str(last_png) if last_png else None,
             "summary": str(out_dir / "summary.json"),
         }
         summary = self.summary(worker, outputs, headless=True)
@@ -535,6 +581,7 @@ class Demo:
                         break
                     continue
                 mask = self.account(res)
+                assert mask is not None  # window mode runs the host pipeline
                 hud = None
                 if not a.no_hud:
                     h, w = res.frame.image.shape[:2]
@@ -581,6 +628,13 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
         )
     if summary.get("stage_ms_p50"):
         print("CPU stages p50: " + ", ".join(f"{k} {v:.1f} ms" for k, v in summary["stage_ms_p50"].items()))
+    t = summary.get("transfers_per_frame") or {}
+    if t:
+        where = "device-resident (GPU from upload to composite)" if summary["device_resident"] else "host"
+        print(f"frame pipeline: {where}"
+              f"; host<->device transfers per frame: {t.get('uploads', 0):g} up, {t.get('downloads', 0):g} down")
+    for note in summary.get("notes", []):
+        print(f"note: {note}")
     out = summary["output"]
     for key in ("video", "frames_dir", "last_frame", "screenshot", "summary"):
         if out.get(key):

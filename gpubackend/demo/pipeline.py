@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .processing import mask_from_output, preprocess
+from .processing import MODEL_SIZE, mask_from_output, preprocess
 from .sources import FrameSource
 
 T = TypeVar("T")
@@ -80,13 +80,15 @@ class Frame:
 @dataclass
 class Result:
     frame: Frame
-    mask: np.ndarray  # model-size float32 mask in [0, 1]
+    mask: np.ndarray | None  # model-size float32 mask in [0, 1] (None: it stayed on the GPU)
     infer_ms: float
     path: str  # the session's path
     requested: str
     fallback_nodes: int
     placement_counts: dict[str, int]
     preprocess_ms: float = 0.0
+    composite: np.ndarray | None = None  # device-resident pipeline: the composited frame, if read back
+    transfers: dict[str, int] | None = None  # this frame's host<->device transfers (uploads, downloads)
 
 
 class LatencyStats:
@@ -167,6 +169,8 @@ class InferenceThread(threading.Thread):
         out: Mailbox[Result],
         lossless: bool,
         session_factory: Callable[[str, str], Any] | None = None,
+        device_pipeline: Callable[[Any], Any] | None = None,
+        readback: bool = True,
     ) -> None:
         super().__init__(name="inference", daemon=True)
         self.model = model
@@ -175,6 +179,11 @@ class InferenceThread(threading.Thread):
         self.out = out
         self.lossless = lossless
         self.session_factory = session_factory or _make_session
+        # device-resident mode: a factory of DeviceFramePipeline for a gles3/gles31 session
+        self.device_pipeline = device_pipeline
+        self.readback = readback  # the device pipeline reads the composite back (for a writer)
+        self.pipeline: Any = None
+        self.model_size = MODEL_SIZE
         self.session: Any = None
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -198,9 +207,25 @@ class InferenceThread(threading.Thread):
     def _open(self, path: str) -> None:
         t0 = time.perf_counter()
         sess = self.session_factory(self.model, path)
-        x = np.zeros((1, 3, 256, 256), np.float32)
+        shape = sess.input_shape(sess.input_names[0]) if hasattr(sess, "input_shape") else None
+        if not shape or None in shape:
+            shape = (1, 3, MODEL_SIZE, MODEL_SIZE)
+        self.model_size = int(shape[-1])
+        x = np.zeros(shape, np.float32)
         sess.run({sess.input_names[0]: x})  # compile and warm up before the first frame
+        pipeline = None
+        if self.device_pipeline is not None:
+            from .device_pipeline import DEVICE_PATHS
+
+            if sess.path in DEVICE_PATHS:
+                pipeline = self.device_pipeline(sess)
+            else:
+                self.notes.append(f"device-resident frames need {' or '.join(DEVICE_PATHS)}; "
+                                  f"{sess.path} runs the host pipeline")
         old, self.session, self.requested = self.session, sess, path
+        old_pipeline, self.pipeline = self.pipeline, pipeline
+        if old_pipeline is not None:
+            old_pipeline.close()
         if old is not None and hasattr(old, "close"):
             old.close()
         self.session_seconds = time.perf_counter() - t0
@@ -235,20 +260,34 @@ class InferenceThread(threading.Thread):
                     if self.inbox.closed:
                         break
                     continue
+                mask = composite = None
                 t_pre = time.perf_counter()
-                x = preprocess(frame.image)
-                t0 = time.perf_counter()
-                (y,) = self.session.run({self.session.input_names[0]: x})[:1]
-                ms = (time.perf_counter() - t0) * 1e3
+                if self.pipeline is not None:  # frame -> composite on the GPU (its preprocess there too)
+                    t0 = time.perf_counter()
+                    before = (self.pipeline.transfers.uploads, self.pipeline.transfers.downloads)
+                    composite = self.pipeline.process(frame.image, self.readback)
+                    ms = (time.perf_counter() - t0) * 1e3
+                    transfers = {"uploads": self.pipeline.transfers.uploads - before[0],
+                                 "downloads": self.pipeline.transfers.downloads - before[1]}
+                else:
+                    x = preprocess(frame.image, self.model_size)
+                    t0 = time.perf_counter()
+                    (y,) = self.session.run({self.session.input_names[0]: x})[:1]
+                    ms = (time.perf_counter() - t0) * 1e3
+                    mask = mask_from_output(y)
+                    stats = getattr(self.session, "stats", None)
+                    transfers = {"uploads": stats.uploads, "downloads": stats.downloads} if stats else None
                 res = Result(
                     frame=frame,
-                    mask=mask_from_output(y),
+                    mask=mask,
                     infer_ms=ms,
                     path=self.session.path,
                     requested=self.requested,
                     fallback_nodes=self._fallback,
                     placement_counts=dict(self._placement_counts),
                     preprocess_ms=(t0 - t_pre) * 1e3,
+                    composite=composite,
+                    transfers=transfers,
                 )
                 while not self.out.put(res, overwrite=not self.lossless, timeout=0.1):
                     if self._halt.is_set() or self.out.closed:
@@ -257,11 +296,13 @@ class InferenceThread(threading.Thread):
             self.error = exc
         finally:
             self.out.close()
+            if self.pipeline is not None:
+                self.pipeline.close()
             if self.session is not None and hasattr(self.session, "close"):
                 self.session.close()
 
 
-def _make_session(model: str, path: str) -> Any:
+def _make_session(model: str, path: str, input_shapes: dict[str, tuple[int, ...]] | None = None) -> Any:
     import gpubackend
 
     # onnxruntime's idle threads spin-wait by default: in this pipeline that doubles the CPU an
@@ -269,4 +310,4 @@ def _make_session(model: str, path: str) -> Any:
     # compose and encode threads
     opts = gpubackend.SessionOptions()
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return gpubackend.Session(model, path=path, options=opts)
+    return gpubackend.Session(model, path=path, options=opts, input_shapes=input_shapes)
