@@ -182,8 +182,8 @@ def collect() -> dict:
         for op, cands in table.items():
             reasons: list[str] = []
             for _, gen in cands:
-                if gen not in by_gen:
-                    by_gen[gen] = _reasons(gen, module, returns)
+                if gen not in by_gen:  # helpers are looked up in the generator's own module
+                    by_gen[gen] = _reasons(gen, sys.modules.get(gen.__module__, module), returns)
                 reasons += by_gen[gen]
             declines[key][op] = list(dict.fromkeys(reasons))
     return {"ops": all_ops, "cells": cells, "declines": declines, "common": common}
