@@ -103,6 +103,14 @@ def test_headless_synthetic(path: str, tmp_path: Path) -> None:
     assert set(summary["placement"]) <= {"cpu", *GPU_PATHS}
     assert summary["fallback_nodes"] == sum(v for k, v in summary["placement"].items() if k != summary["path"])
     assert summary["dropped_frames"] == 0  # offline runs process every frame
+    # gles3/gles31 keep the frame on the GPU and read the composite back once for the writer;
+    # the host pipeline uploads the model input and downloads the mask
+    assert summary["device_resident"] == (summary["path"] in ("gles3", "gles31")), summary["notes"]
+    per_frame = summary["transfers_per_frame"]
+    if summary["device_resident"]:
+        assert per_frame == {"uploads": 1, "downloads": 1}, per_frame
+    elif summary["path"] != "cpu":
+        assert per_frame["uploads"] >= 1 and per_frame["downloads"] >= 1, per_frame
     out = summary["output"]
     assert Path(out["last_frame"]).is_file()
 
@@ -334,24 +342,24 @@ def test_compose_modes() -> None:
 @pytest.mark.parametrize("path", ["gles3", "gles31"])
 def test_device_resident_frames_never_return_to_the_cpu(path: str, tmp_path: Path) -> None:
     """The frame is uploaded once; resize, inference, mask and compositing stay on the GPU: no
-    other upload, and no download at all without a video (one per frame with one)."""
+    other upload, and no download at all without a video (test_headless_synthetic checks the
+    one download per frame with a video)."""
     import gpubackend
 
     if not gpubackend.probe().usable(path):
         pytest.skip(f"the probe did not verify {path} here")
-    for video, downloads in ((False, 0), (True, 1)):
-        out_dir = tmp_path / f"out{int(video)}"
-        cmd = [*_demo_cmd(), "--headless", "--source", "synthetic", "--path", path, "--frames", "3",
-               "--width", "160", "--height", "120", "--output", str(out_dir), *([] if video else ["--no-video"])]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        summary = json.loads((out_dir / "summary.json").read_text())
-        assert summary["device_resident"], summary["notes"]
-        assert summary["frames"] == 3
-        per_frame = summary["transfers_per_frame"]
-        assert per_frame["uploads"] == 1 and per_frame["downloads"] == downloads, per_frame
-        assert "device-resident" in proc.stdout and "1 up" in proc.stdout
-        assert (summary["output"]["video"] is not None) == video
+    out_dir = tmp_path / "out"
+    cmd = [*_demo_cmd(), "--headless", "--source", "synthetic", "--path", path, "--frames", "3",
+           "--width", "160", "--height", "120", "--output", str(out_dir), "--no-video"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["device_resident"], summary["notes"]
+    assert summary["frames"] == 3
+    per_frame = summary["transfers_per_frame"]
+    assert per_frame == {"uploads": 1, "downloads": 0}, per_frame
+    assert "device-resident" in proc.stdout and "1 up, 0 down" in proc.stdout
+    assert summary["output"]["video"] is None and summary["output"]["frames_dir"] is None
 
 
 def test_host_pipeline_counts_its_transfers_and_shape_option(tmp_path: Path) -> None:
