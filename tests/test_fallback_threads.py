@@ -8,6 +8,7 @@ parts; NaN and Inf in the input must land where the single-thread run puts them.
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -76,8 +77,13 @@ def test_parts_cover_the_range_once_and_raise_the_first_error(monkeypatch: pytes
     monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
     seen = np.zeros(101, dtype=np.int64)
     parts, names = [], set()
+    worker_ran = threading.Event()
 
     def fill(a: int, b: int) -> None:
+        if a == 0:  # the caller's own part: wait until a pool thread has run one
+            worker_ran.wait(30)
+        else:
+            worker_ran.set()
         seen[a:b] += 1
         parts.append((a, b))
         names.add(threading.current_thread().name)
@@ -183,3 +189,24 @@ def test_numpy_engine_never_overwrites_outputs_a_caller_holds() -> None:
     for got, want in zip(held, fresh):
         np.testing.assert_array_equal(got, want)
     assert not np.shares_memory(held[0], held[1]) and not np.shares_memory(held[1], held[2])
+
+
+def test_parts_no_pool_thread_starts_run_on_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy pool (a loaded machine) must not stall a kernel: unstarted parts run on the caller."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    busy = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    busy.submit(release.wait, 30)  # the pool's only thread is taken
+    monkeypatch.setattr(_runtime, "_executor", lambda: busy)
+    seen = np.zeros(40, dtype=np.int64)
+    t0 = time.monotonic()
+    try:
+        with fallback.kernel_threads(4):
+            _runtime.parallel(lambda a, b: seen.__setitem__(slice(a, b), seen[a:b] + 1), 40, work=10**9)
+        waited = time.monotonic() - t0  # without running them here: 30 s, until the busy thread frees
+    finally:
+        release.set()
+        busy.shutdown()
+    assert (seen == 1).all() and waited < 10
