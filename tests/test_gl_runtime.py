@@ -96,9 +96,10 @@ def test_sessions_do_not_leak(path: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", GPU_PATHS)
+@pytest.mark.parametrize("path", [*GPU_PATHS, "cpu"])
 def test_300_sessions_stay_within_50mb(path: str) -> None:
     start, end = _cycle_rss(path, 300)
+    print(f"300 sessions on {path}: RSS {start:.1f} -> {end:.1f} MB ({end - start:+.1f} MB)")
     assert end - start < 50, f"{path}: RSS grew {end - start:.1f} MB over 300 sessions"
 
 

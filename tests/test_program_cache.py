@@ -81,7 +81,7 @@ def _chain_model(n: int) -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("path", ["gles31", "gles3"])
+@pytest.mark.parametrize("path", ["gles31", "gles3", "gles2"])
 def test_sessions_stay_right_when_their_programs_are_evicted(path: str, monkeypatch) -> None:
     _need(path)
     monkeypatch.setenv(ENV_MAX_PROGRAMS, "1")
@@ -103,5 +103,7 @@ def test_sessions_stay_right_when_their_programs_are_evicted(path: str, monkeypa
         assert worker.call_on_gpu_thread(lambda: len(device_and_programs()[1].programs)) <= 1
     else:
         assert worker.call_on_gpu_thread(lambda: GLDevice.shared(path).cached_programs) <= 1
+    if path == "gles2":  # its VAO per program (which keeps the program alive) leaves with the program
+        assert worker.call_on_gpu_thread(lambda: len(GLDevice.shared(path).state["gles2.quad"][1])) <= 1
     first.close()
     other.close()

@@ -98,7 +98,9 @@ class GLDevice:
         self.key = key
         self.context = contexts.gl_record(key)
         self.ctx = self.context.ctx
-        self._programs = ProgramLRU(self.release_when_unused)
+        self._programs = ProgramLRU(self._evicted)
+        # called with each program leaving the cache, for per-program state a path keeps (gles2's VAOs)
+        self.on_program_evicted: list[Callable[[Any], None]] = []
         self.state: dict[str, Any] = {}  # per-context objects a path keeps (gles2's quad, gles31's binaries)
 
     @classmethod
@@ -125,6 +127,11 @@ class GLDevice:
         """Release GL objects made through this device (any thread; see ``GLContext.release``)."""
         for obj in objs:
             self.context.release(obj)
+
+    def _evicted(self, prog: Any) -> None:
+        for hook in self.on_program_evicted:
+            hook(prog)
+        self.release_when_unused(prog)
 
     def release_when_unused(self, obj: Any) -> None:
         """Release the moderngl object ``obj`` once nothing refers to it any more (at once if

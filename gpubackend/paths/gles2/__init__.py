@@ -9,6 +9,7 @@ programs, ``glDrawArrays`` and ``glReadPixels`` (RGBA / UNSIGNED_BYTE)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import weakref
@@ -67,6 +68,7 @@ class Runtime:
             quad = (device.buffer(np.array([-1, -1, 3, -1, -1, 3], dtype="f4")), {})
             if shared is not None:
                 shared["gles2.quad"] = quad
+                device.on_program_evicted.append(functools.partial(_forget_vao, device, quad[1]))
         self.vbo, self._vaos = quad
 
     def config(self, precision: str) -> Config:
@@ -90,6 +92,13 @@ class Runtime:
         tex.filter = (moderngl.NEAREST, moderngl.NEAREST)
         tex.repeat_x = tex.repeat_y = False  # CLAMP_TO_EDGE
         return tex
+
+
+def _forget_vao(device: Any, vaos: dict[int, Any], prog: Any) -> None:
+    """A program left the device's cache: its VAO goes too (released once no segment uses it)."""
+    vao = vaos.pop(id(prog), None)
+    if vao is not None:
+        device.release_when_unused(vao)
 
 
 class _Step:
