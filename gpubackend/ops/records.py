@@ -856,7 +856,7 @@ def _depth_space(node: Node, graph: Graph) -> DepthSpaceRecord:
     bs = at.int("blocksize", 0, lo=1)
     if not at.has("blocksize"):
         raise at.error("blocksize", "is required")
-    mode = at.str("mode", "DCR", ("DCR", "CRD")) if node.op_type == "DepthToSpace" else "DCR"
+    mode = at.str("mode", "DCR", ("DCR", "CRD"))  # SpaceToDepth has a mode since opset 28
     return DepthSpaceRecord(node.op_type, bs, mode)
 
 

@@ -13,6 +13,7 @@ packed, see :func:`compute_kernels.view4`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,7 +53,8 @@ def _depth_space(a: np.ndarray, rec: ops.DepthSpaceRecord) -> np.ndarray:
     if rec.op == "SpaceToDepth":
         if h % bs or w % bs:
             raise Decline(f"spatial size {h}x{w} is not a multiple of blocksize {bs}")
-        a = a.reshape(n, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+        order = (0, 3, 5, 1, 2, 4) if rec.mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        a = a.reshape(n, c, h // bs, bs, w // bs, bs).transpose(order)
         return a.reshape(n, c * bs * bs, h // bs, w // bs)
     if c % (bs * bs):
         raise Decline(f"{c} channels are not a multiple of blocksize {bs} squared")
@@ -229,12 +231,123 @@ def _matmul4(node: Node, graph: Graph, precision: str) -> list[Record]:
                    (Binding("in", a), Binding("in", b), Binding("out", y)), groups, local, node.name)]
 
 
+def _cast(node: Node, graph: Graph, precision: str) -> list[Record]:
+    """Cast / CastLike from float32 to float32 (``generate`` declines other output types): a no-op."""
+    x = node.inputs[0]
+    ck._float_tensor(graph, x, MAX_RANK)
+    return [ck.Alias(x, node.outputs[0], "layout", node.name)]
+
+
+def _scale_record(node: Node, graph: Graph, precision: str, x: str, y: str, factor: float) -> Kernel:
+    """y = x * factor (the affine kernel with one channel)."""
+    d0, d1, d2, c4, c = ck.mem_dims(ck._shape(graph, x))
+    total = d0 * d1 * d2 * c4
+    groups, local = ck._grid_flat(total)
+    params = (("total", total), ("c4s", c4), ("c", c), ("ch_packed", 0), ("inner", 1), ("nch", 1))
+    return Kernel("affine", "compute/affine.comp", ck._variant(precision), params,
+                  (Binding("in", x), Binding("const", f"{node.name}/scale", ck.pack(np.full(1, factor)), True),
+                   Binding("const", f"{node.name}/zero", ck.pack(np.zeros(1)), True), Binding("out", y)),
+                  groups, local, node.name)
+
+
+def _nary(node: Node, graph: Graph, precision: str) -> list[Record]:
+    """Sum / Mean / Max / Min of 1 or 3+ inputs: a chain of binary kernels accumulating into the
+    output (each reads and writes its own element only), Mean scaled by 1 / n at the end."""
+    names = [n for n in node.inputs if n]
+    y = node.outputs[0]
+    ys = ck._shape(graph, y)
+    if len(names) == 1:
+        if ck._float_tensor(graph, names[0]) != ys:
+            raise Decline("one input of a different shape than the output")
+        return [ck.Alias(names[0], y, "layout", node.name)]
+    if len(names) == 2:
+        raise Decline("two inputs (the binary kernel's case)")
+    step_op = "Sum" if node.op_type == "Mean" else node.op_type
+    out: list[Record] = []
+    acc = names[0]
+    for name in names[1:]:
+        step = Node(node.name, step_op, [acc, name], [y])
+        out += ck._binary(step, graph, precision)
+        acc = y
+    if node.op_type == "Mean":
+        out.append(_scale_record(node, graph, precision, y, y, 1.0 / len(names)))
+    return out
+
+
+def _norm(node: Node, graph: Graph, precision: str) -> list[Record]:
+    """LayerNormalization (axes >= axis) and InstanceNormalization (axes >= 2) up to rank 4: the
+    normalised axes are, in memory order, either a suffix holding the packed axis (mode 0) or the
+    innermost non-packed axes (mode 1, lanes are separate groups)."""
+    x, y = node.inputs[0], node.outputs[0]
+    stats = [o for o in node.outputs[1:] if o]
+    if stats and len(stats) != 2:
+        raise Decline("only one of the Mean / InvStdDev outputs")
+    for o in stats:
+        if np.dtype(graph.dtypes.get(o, np.float32)) != np.float32:
+            raise Decline(f"output {o!r} is not float32")
+    xs = ck._float_tensor(graph, x)
+    rec = ops.require(node, graph, ops.NormRecord)
+    r = len(xs)
+    first = rec.axis if node.op_type == "LayerNormalization" else 2
+    if r < 2 or first >= r:
+        raise Decline(f"nothing to normalise over in rank {r}")
+    region = xs[first:]
+    s4, pa = ck.view4(xs)
+    normed = {k + 4 - r for k in range(first, r)}
+    mem = [k for k in range(4) if k != pa]
+    d0, d1, d2, c4, c = ck.mem_dims(xs)
+    total = d0 * d1 * d2 * c4
+    count = math.prod(region)
+    layer = node.op_type == "LayerNormalization"
+    if pa in normed:
+        if set(mem[len(mem) - len(normed) + 1:]) != normed - {pa}:
+            raise Decline(f"normalised axes {sorted(normed)} are not a suffix in memory order")
+        mode, length = 0, math.prod(s4[k] for k in normed - {pa}) * c4
+        smode = 0 if layer else 3
+    else:
+        if set(mem[len(mem) - len(normed):]) != normed:
+            raise Decline(f"normalised axes {sorted(normed)} are not the innermost non-packed axes")
+        mode, length = 1, math.prod(s4[k] for k in normed)
+        smode = 1 if layer else 2
+    groups_n = total // length
+    def packer(default: float) -> Callable[[np.ndarray | None], np.ndarray]:
+        def pack(v: np.ndarray | None) -> np.ndarray:
+            v = np.full(1, default, np.float32) if v is None else np.asarray(v, np.float32)
+            if layer:
+                full = np.broadcast_to(v, region)
+                return ck.pack(full.reshape((1,) * first + region) if mode == 0 else full.reshape(-1))
+            return ck.pack(np.broadcast_to(v.reshape(-1), (xs[1],)))
+        return pack
+
+    for i, what in ((1, "scale"), (2, "B")):
+        name = node.inputs[i] if i < len(node.inputs) else ""
+        vs = ck._shape(graph, name) if name else (1,)
+        if layer and not _broadcasts(vs, region) or not layer and math.prod(vs) not in (1, xs[1]):
+            raise Decline(f"{what} of shape {vs} does not fit {region if layer else xs[1]}")
+    sources = [ck._source(graph, node, i, what, f"{node.name}/{what}", packer(default))
+               for i, what, default in ((1, "scale", 1.0), (2, "B", 0.0))]
+    groups, local = ck._grid_flat(groups_n)
+    params = (("groups", groups_n), ("mode", mode), ("smode", smode), ("len", length), ("c4s", c4), ("c", c),
+              ("nch", xs[1]), ("count", float(count)), ("eps", float(rec.epsilon)))
+    outs = tuple(Binding("out", o) for o in [y, *stats])
+    return [Kernel("norm", "compute/norm.comp", ck._variant(precision, **({"STATS": 1} if stats else {})), params,
+                   (Binding("in", x), *sources, *outs), groups, local, node.name)]
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, to) == tuple(to)
+    except ValueError:
+        return False
+
+
 def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     """Every (shader, defines) variant this module's generators emit."""
     out = []
     for prec in ck.PRECISIONS:
-        for shader in ("gather", "reduce", "softmax_axis", "affine", "matmul4"):
+        for shader in ("gather", "reduce", "softmax_axis", "affine", "matmul4", "norm"):
             out.append((f"compute/{shader}.comp", ck._variant(prec)))
+        out.append(("compute/norm.comp", ck._variant(prec, STATS=1)))
     return out
 
 
@@ -245,6 +358,10 @@ def _register() -> None:
     for op in (*_RESHAPES, "Transpose"):  # the relayout kernel first (or a zero-copy alias) up to rank 4
         reg[op] = [c for c in reg.get(op, []) if c[0] != "gather"] + [("gather", _gather_map)]
     reg["BatchNormalization"] = [("affine", _batchnorm)]
+    reg["Cast"] = reg["CastLike"] = [("layout", _cast)]
+    reg["LayerNormalization"] = reg["InstanceNormalization"] = [("norm", _norm)]
+    for op in ("Sum", "Mean", "Max", "Min"):
+        reg[op] = [c for c in reg.get(op, []) if c[0] != "nary"] + [("nary", _nary)]
     reg["MatMul"] = [c for c in reg.get("MatMul", []) if c[0] != "matmul4"] + [("matmul4", _matmul4)]
     for op in _REDUCE_OPS:
         reg[op] = [("reduce", _reduce)]
