@@ -208,12 +208,13 @@ def test_session_auto_uses_the_recorded_measurement(tmp_path, monkeypatch):
     import gpubackend
 
     monkeypatch.setenv("GPUBACKEND_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUBACKEND_PREFER_SOFTWARE", raising=False)
     report = gpubackend.probe()
     gpu = next((k for k in ("gles31", "vulkan", "gles3", "gles2") if report.usable(k)), None)
     if gpu is None:
         pytest.skip("no verified GPU path on this machine")
     model = mobilenet_v2_like(size=32, classes=10)
-    assert gpubackend.Session(model).path == "cpu"
+    assert gpubackend.Session(model).path == ("cpu" if report.paths[gpu].software else report.preferred_path)
     choice.record_measurement(model.SerializeToString(), report, {"cpu": 0.010, gpu: 0.002})
     sess = gpubackend.Session(model)
     assert sess.path == gpu
