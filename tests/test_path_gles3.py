@@ -129,12 +129,12 @@ def test_conv_weights_in_texture_when_blocks_are_too_large():
     path = gpath()
     lim = path.limits
     small = kernels.Limits(**{**lim.__dict__, "max_uniform_block_size": 256})
-    path.limits, path._kernels = small, {}
+    path.limits = small
     try:
         run_node("Conv", {"x": rnd(1, 9, 6, 5)}, {"w": rnd(11, 9, 3, 3, scale=0.3), "b": rnd(11)},
                  {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})
     finally:
-        path.limits, path._kernels = lim, {}
+        path.limits = lim
 
 
 @pytest.mark.parametrize("case", [(1, 6, 5, 4, 3, 2, 2, 0), (1, 8, 4, 5, 5, 3, 2, 1), (2, 3, 3, 3, 4, 2, 2, 0),

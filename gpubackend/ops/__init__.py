@@ -31,6 +31,7 @@ from .records import (
     TransposeRecord,
     activation,
     lower,
+    node_signature,
     require,
     validate,
 )
@@ -38,4 +39,4 @@ from .records import (
 __all__ = ["Activation", "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
            "GemmRecord", "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record",
            "ReduceRecord", "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord",
-           "activation", "lower", "require", "validate"]
+           "activation", "lower", "node_signature", "require", "validate"]

@@ -900,7 +900,9 @@ _LOWER = {
 _MEMO: dict[int, dict[tuple, Record | str]] = {}
 
 
-def _memo_key(node: Node, graph: Graph) -> tuple:
+def node_signature(node: Node, graph: Graph) -> tuple:
+    """What a node's lowering (and any kernel generated from it) depends on besides the node's
+    identity: attributes by value, op type, opset, input/output shapes, constant inputs' identities."""
     names = list(node.inputs) + list(node.outputs)
     # the attributes by value: a caller may change a node's attrs dict in place
     return (repr(node.attrs), node.op_type, graph.opset,
@@ -934,7 +936,7 @@ def lower(node: Node, graph: Graph) -> Record | str | None:
     if per_node is None:
         per_node = _MEMO[id(node)] = {}
         weakref.finalize(node, _MEMO.pop, id(node), None)
-    key = _memo_key(node, graph)
+    key = node_signature(node, graph)
     rec = per_node.get(key)
     if rec is None:
         rec = per_node[key] = fn(node, graph)

@@ -13,7 +13,8 @@ to a multiple of 4; the other axes keep their order (rank 4 -> PHWC4, i.e. N,H,W
 storage keeps the same layout with each vec4 as 4 halves (two ``packHalf2x16`` words). Lanes past
 the channel count are always written as exact zeros.
 
-Declining is normal control flow: a generator raises :class:`Decline` with the reason.
+Declining is normal control flow: a generator raises :class:`Decline` with the reason. The
+candidates per op type are :data:`REGISTRY`, run by the shared contract (``kernel_contract``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from .. import ops
 from ..graph import Graph, Node
 from ..ops import elementwise as ew
 from ..ops.elementwise import ACT_CODES
+from .kernel_contract import Generated, KernelRecord, KernelRegistry, non_float32
+from .kernel_contract import generate as _generate
 
 PRECISIONS = ("fp32", "fp16")
 # Blocking factors; a different choice (e.g. for a real GPU) only changes these defaults.
@@ -64,7 +67,7 @@ class Binding:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(KernelRecord):
     kernel: str  # short kernel name ("conv", "gemm", ...), as in disabled_kernels
     shader: str  # path under shaders/, e.g. "compute/conv.comp"
     defines: tuple[tuple[str, int], ...]  # the compile-time variant (FP16, ACT, blocking)
@@ -74,15 +77,23 @@ class Kernel:
     local_size: tuple[int, int, int]
     node: str = ""
 
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel
+
 
 @dataclass(frozen=True)
-class Alias:
+class Alias(KernelRecord):
     """Zero-copy: ``dst`` is ``src``'s buffer reinterpreted (identical packed bytes)."""
 
     src: str
     dst: str
     kernel: str = "layout"
     node: str = ""
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel
 
 
 Record = Kernel | Alias
@@ -795,9 +806,15 @@ def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
     return [r for r in out if r is not None]
 
 
-Generator = Callable[[Node, Graph, str], list[Record]]
-# Candidates per op type, most specialised first: (kernel name, generator).
-REGISTRY: dict[str, list[tuple[str, Generator]]] = {
+def _check(node: Node, graph: Graph) -> str | None:
+    for o in node.outputs[:1]:
+        if o:
+            _shape(graph, o)  # declines a shape not known statically
+    return non_float32(graph, node.outputs[:1], "compute kernels handle float32 tensors only")
+
+
+# Candidates per op type, most specialised first: (kernel name, generator(node, graph, precision)).
+REGISTRY = KernelRegistry("compute", {
     "Conv": [("conv1x1", _conv1x1), ("depthwise", _depthwise), ("conv", _conv)],
     "ConvTranspose": [("convtranspose", _convtranspose)],
     "Gemm": [("gemm", _gemm)],
@@ -811,33 +828,16 @@ REGISTRY: dict[str, list[tuple[str, Generator]]] = {
     "Softmax": [("softmax", _softmax)], "LogSoftmax": [("softmax", _softmax)],
     "Pad": [("pad", _pad)],
     **{op: [("layout", _layout)] for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")},
-}
+}, check=_check)
 
 
 def generate(node: Node, graph: Graph, precision: str = "fp32",
-             disabled: frozenset[str] = frozenset()) -> tuple[str, list[Record]]:
-    """(kernel name, records) of the first candidate that accepts ``node``; raises Decline with
-    every candidate's reason when none does."""
+             disabled: frozenset[str] = frozenset()) -> Generated | str:
+    """(kernel name, records) of the first candidate that accepts ``node``, or the reason none
+    does (:func:`.kernel_contract.generate` over :data:`REGISTRY`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}")
-    if node.domain not in ("", "ai.onnx"):
-        raise Decline(f"domain {node.domain!r}")
-    cands = REGISTRY.get(node.op_type)
-    if not cands:
-        raise Decline(f"no compute kernel for {node.op_type}")
-    if any(o and _shape(graph, o) is not None and graph.dtypes.get(o, np.dtype(np.float32)) != np.float32
-           for o in node.outputs[:1]):
-        raise Decline("output is not float32")
-    reasons = []
-    for name, gen in cands:
-        if name in disabled:
-            reasons.append(f"{name}: kernel disabled by the probe")
-            continue
-        try:
-            return name, gen(node, graph, precision)
-        except Decline as exc:
-            reasons.append(f"{name}: {exc}" if len(cands) > 1 else str(exc))
-    raise Decline("; ".join(reasons))
+    return _generate(REGISTRY, node, graph, precision, disabled)
 
 
 def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:

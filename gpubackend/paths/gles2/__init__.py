@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-import weakref
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,8 @@ from capability_probe.errors import DriverUnavailable
 
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
-from .kernels import Config, Decline, Kernel, generate
+from ..kernel_contract import KernelCache
+from .kernels import REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
 KEY = "gles2"
@@ -119,7 +119,7 @@ class Gles2Segment(Segment):
         self.textures: dict[str, Any] = {}
         self.fbos: dict[str, Any] = {}
         self._owned: list[Any] = []
-        kernels = [path.kernel(n, graph) for n in nodes]
+        kernels: list[Kernel] = path.kernels.payloads(nodes, graph, KEY)
         for name in inputs:
             self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
             self.textures[name] = self._own(rt.texture(self.layouts[name]))
@@ -212,8 +212,9 @@ class Gles2Path(Path):
         self._device = device
         self._runtime: Runtime | None = None
         self.poison = os.environ.get(POISON_ENV, "") not in ("", "0")
-        # graph id -> (weak reference to that graph, node name -> kernel or decline reason)
-        self._kernels: dict[int, tuple[weakref.ref, dict[str, Kernel | str]]] = {}
+        # the Config needs the GL context's limits: made at the first generation
+        self.kernels = KernelCache(REGISTRY, lambda: self.runtime.config(self.precision), disabled_kernels,
+                                   lazy_context=True)
 
     @property
     def runtime(self) -> Runtime:
@@ -225,31 +226,8 @@ class Gles2Path(Path):
             self._runtime = Runtime(self._device)
         return self._runtime
 
-    def kernel(self, node: Node, graph: Graph) -> Kernel:
-        """The generated kernel of ``node`` (raises :class:`Decline`)."""
-        entry = self._kernels.get(id(graph))
-        if entry is None or entry[0]() is not graph:
-            self._kernels = {k: v for k, v in self._kernels.items() if v[0]() is not None}
-            entry = self._kernels[id(graph)] = (weakref.ref(graph), {})
-        got = entry[1].get(node.name)
-        if got is None:
-            try:
-                got = generate(node, graph, self.runtime.config(self.precision))
-            except Decline as exc:
-                got = str(exc)
-            entry[1][node.name] = got
-        if isinstance(got, str):
-            raise Decline(got)
-        if got.name in self.disabled_kernels:
-            raise Decline(f"kernel {got.name!r} is disabled on this device by the probe")
-        return got
-
     def decline(self, node: Node, graph: Graph) -> str | None:
-        try:
-            self.kernel(node, graph)
-        except Decline as exc:
-            return str(exc)
-        return None
+        return self.kernels.decline(node, graph)
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Gles2Segment:
         return Gles2Segment(self, nodes, graph, inputs, outputs)
@@ -261,10 +239,8 @@ def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset
 
 def kernel_name(node: Node, graph: Graph) -> str | None:
     """The kernel that would run ``node`` (None if gles2 declines it); needs no GL context."""
-    try:
-        return generate(node, graph, Config("fp32", 16384, 16)).name
-    except Decline:
-        return None
+    got = generate(node, graph, Config("fp32", 16384, 16))
+    return None if isinstance(got, str) else got.kernel
 
 
 def canary(precision: str = "fp32") -> float:

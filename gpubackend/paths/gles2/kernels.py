@@ -1,8 +1,9 @@
 """Per-shape GLSL ES 1.00 fragment kernels of the gles2 path, as pure generators.
 
-``generate(node, graph, cfg)`` returns a :class:`Kernel` (the fragment shader, the tensors it
-samples in sampler order, the constant tensors it needs uploaded) or raises :class:`Decline`
-with the reason. Nothing here touches GL. Every kernel body defines
+A generator returns a :class:`Kernel` (the fragment shader, the tensors it samples in sampler
+order, the constant tensors it needs uploaded) or raises :class:`Decline` with the reason; they are
+registered in :data:`REGISTRY` and run by the shared contract (``paths/kernel_contract.py``, through
+:func:`generate`). Nothing here touches GL. Every kernel body defines
 ``float compute(float n, float c, float h, float w)``: the output element at 4-D coordinates
 (see ``layout.py``); ``main`` finds those coordinates from ``gl_FragCoord`` and encodes."""
 
@@ -20,6 +21,8 @@ from ... import ops
 from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from ...graph import Graph, Node
 from ...ops import elementwise as ew
+from ..kernel_contract import Generated, KernelRecord, KernelRegistry
+from ..kernel_contract import generate as _generate
 from .layout import Layout, LayoutError, dims4
 
 UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration
@@ -40,7 +43,7 @@ class Config:
 
 
 @dataclass
-class Kernel:
+class Kernel(KernelRecord):
     name: str  # short stable kernel name ("conv1x1", "depthwise", ...)
     fragment: str
     inputs: list[str]  # tensors sampled, sampler i = inputs[i]
@@ -49,6 +52,10 @@ class Kernel:
     # loop iterations (each loop's steps plus one exit per entry) one fragment takes in total;
     # llvmpipe silently stops every loop of an invocation past LLVMPIPE_LOOP_LIMIT of them
     iterations: int = 0
+
+    @property
+    def kernel_name(self) -> str:
+        return self.name
 
 
 def unrolled(n: int, body: Callable[[str], str], u: int = UNROLL) -> tuple[str, int]:
@@ -793,29 +800,34 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
     return g.finish("reduce", "\n".join(lines), ys, loops=loops)
 
 
-GENERATORS: dict[str, Callable[[Node, Graph, Config], Kernel]] = {
-    "Conv": gen_conv, "ConvTranspose": gen_conv_transpose, "Gemm": gen_gemm, "MatMul": gen_matmul,
-    "GlobalAveragePool": gen_global_pool, "GlobalMaxPool": gen_global_pool,
-    "AveragePool": gen_pool, "MaxPool": gen_pool, "Resize": gen_resize, "Upsample": gen_resize,
-    "Concat": gen_concat, "Softmax": gen_softmax, "LogSoftmax": gen_softmax,
-    "Reshape": gen_reshape, "Flatten": gen_reshape, "Squeeze": gen_reshape, "Unsqueeze": gen_reshape,
-    "Transpose": gen_transpose, "Pad": gen_pad,
-    **{op: gen_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
-                                 "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")},
-    **{op: gen_elementwise for op in (*_NARY, *ew.BINARY_OP_TYPES, *ew.UNARY_OP_TYPES, "Identity")},
-}
-
-
-def generate(node: Node, graph: Graph, cfg: Config) -> Kernel:
-    """The kernel for ``node``; raises :class:`Decline` with the reason when there is none."""
-    if node.domain not in ("", "ai.onnx"):
-        raise Decline(f"domain {node.domain!r}")
-    gen = GENERATORS.get(node.op_type)
-    if gen is None:
-        raise Decline(f"no gles2 kernel for {node.op_type}")
+def _check(node: Node, graph: Graph) -> str | None:
     if not node.outputs or not node.outputs[0]:
-        raise Decline("no output")
-    for o in node.outputs[1:]:
-        if o:
-            raise Decline("optional extra outputs not supported")
-    return gen(node, graph, cfg)
+        return "no output"
+    if any(node.outputs[1:]):
+        return "optional extra outputs not supported"
+    return None
+
+
+_REDUCE_OPS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1",
+               "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")
+# Candidates per op type: (kernel name, generator(node, graph, cfg)); a generator serving several
+# kernels (conv: conv1x1 / depthwise / conv) names the one it made in its Kernel.
+REGISTRY = KernelRegistry("gles2", {
+    "Conv": [("conv", gen_conv)], "ConvTranspose": [("convtranspose", gen_conv_transpose)],
+    "Gemm": [("gemm", gen_gemm)], "MatMul": [("matmul", gen_matmul)],
+    "GlobalAveragePool": [("globalpool", gen_global_pool)], "GlobalMaxPool": [("globalpool", gen_global_pool)],
+    "AveragePool": [("pool", gen_pool)], "MaxPool": [("pool", gen_pool)],
+    "Resize": [("resize", gen_resize)], "Upsample": [("resize", gen_resize)],
+    "Concat": [("concat", gen_concat)], "Softmax": [("softmax", gen_softmax)], "LogSoftmax": [("softmax", gen_softmax)],
+    **{op: [("layout", gen_reshape)] for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze")},
+    "Transpose": [("layout", gen_transpose)], "Pad": [("pad", gen_pad)],
+    **{op: [("reduce", gen_reduce)] for op in _REDUCE_OPS},
+    **{op: [("binary", gen_elementwise)] for op in (*_NARY, *ew.BINARY_OP_TYPES)},
+    **{op: [("unary", gen_elementwise)] for op in (*ew.UNARY_OP_TYPES, "Identity")},
+}, check=_check)
+
+
+def generate(node: Node, graph: Graph, cfg: Config) -> Generated | str:
+    """The kernel for ``node`` (:func:`.kernel_contract.generate` over :data:`REGISTRY`) or the
+    reason there is none."""
+    return _generate(REGISTRY, node, graph, cfg)

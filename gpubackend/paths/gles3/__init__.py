@@ -9,7 +9,8 @@ import numpy as np
 
 from ...graph import Graph, Node
 from ..base import Path, Segment
-from .kernels import Kernel, Limits, build
+from ..kernel_contract import KernelCache
+from .kernels import REGISTRY, Kernel, Limits, single_output
 from .kernels import kernel_name as _kernel_name
 from .runtime import Gles3Segment
 
@@ -52,7 +53,6 @@ class Gles3Path(Path):
         self.dtype = "f2" if precision == "fp16" else "f4"
         self._check_renderable(DriverUnavailable)
         self.limits = _limits(ctx, targets, baked)
-        self._kernels: dict[tuple[int, int], tuple[Graph, Node, Kernel | list[Kernel] | str]] = {}
 
     def _check_renderable(self, error: type[Exception]) -> None:
         fmt = "RGBA16F" if self.dtype == "f2" else "RGBA32F"
@@ -64,40 +64,27 @@ class Gles3Path(Path):
             raise error(f"{fmt} textures are not colour-renderable here "
                         f"(EXT_color_buffer_float / EXT_color_buffer_half_float): {exc}") from exc
 
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, lim: Limits) -> None:
+        self._limits = lim
+        self.kernels = KernelCache(REGISTRY, lim, self.disabled_kernels, accept=single_output)
+
     def kernel(self, node: Node, graph: Graph) -> Kernel | list[Kernel] | str:
         """The node's kernel, one kernel per output (Split), or the reason it is declined."""
-        # Keyed by identity; the entry keeps graph and node alive so their ids are not reused.
-        key = (id(graph), id(node))
-        hit = self._kernels.get(key)
-        if hit is None or hit[0] is not graph or hit[1] is not node:
-            try:
-                k: Kernel | list[Kernel] | str = build(node, graph, self.limits)
-            except (ValueError, KeyError, IndexError, TypeError) as exc:  # malformed attributes
-                k = f"cannot build the kernel: {exc}"
-            hit = self._kernels[key] = (graph, node, k)
-        return hit[2]
+        hit = self.kernels.get(node, graph)
+        return hit if isinstance(hit, str) else hit.payload
 
     def decline(self, node: Node, graph: Graph) -> str | None:
-        name = _kernel_name(node, graph)
-        if name is not None and name in self.disabled_kernels:
-            return f"kernel {name!r} disabled by the probe"
-        k = self.kernel(node, graph)
-        if isinstance(k, str):
-            return k
-        for one in k if isinstance(k, list) else [k]:
-            if one.name in self.disabled_kernels:
-                return f"kernel {one.name!r} disabled by the probe"
-        if not isinstance(k, list) and len([o for o in node.outputs if o]) != 1:
-            return "more than one output"
-        return None
+        return self.kernels.decline(node, graph)
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
         steps = []
-        for node in nodes:
-            k = self.kernel(node, graph)
-            if isinstance(k, str):
-                raise ValueError(f"gles3 cannot compile {node.name}: {k}")
+        for node, k in zip(nodes, self.kernels.payloads(nodes, graph, self.key)):
             if isinstance(k, list):  # one draw per output, each a step of its own
                 named = [o for o in node.outputs if o]
                 for i, (out, one) in enumerate(zip(named, k)):

@@ -1,6 +1,7 @@
 """gles3 kernel generators: pure functions from a node (and the graph's shapes and constants) to a
-:class:`Kernel` record, or a string saying why the node is declined. No GL calls here; the
-runtime (:mod:`.runtime`) allocates, binds and draws.
+:class:`Kernel` record, or a string saying why the node is declined, registered in
+:data:`REGISTRY` and run by the shared contract (``paths/kernel_contract.py``). No GL calls here;
+the runtime (:mod:`.runtime`) allocates, binds and draws.
 
 Each kernel is one fragment shader (``shaders/gles3/<op>.frag`` plus a generated preamble of
 shape constants, texture accessors and the unrolled inner steps) drawn over the output planes."""
@@ -8,7 +9,6 @@ shape constants, texture accessors and the unrolled inner steps) drawn over the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,7 @@ from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from ...graph import Graph, Node
 from ...ops import elementwise as ew
 from ...ops.elementwise import activation_defines
+from ..kernel_contract import Generated, KernelRecord, KernelRegistry, generate, non_float32
 from .layout import TexLayout, plan_layout, to4d
 
 GLSL_VERSION = "300 es"
@@ -46,7 +47,7 @@ class Limits:
 
 
 @dataclass
-class Kernel:
+class Kernel(KernelRecord):
     name: str  # short stable kernel name (``disabled_kernels``)
     fragment: str  # complete GLSL ES 3.00 source
     inputs: list[tuple[str, str]]  # (shader prefix, tensor name): runtime tensors read
@@ -59,6 +60,10 @@ class Kernel:
     alias: str = ""  # output is a view of this input (no draw)
     in_layouts: dict[str, TexLayout] = field(default_factory=dict)  # prefix -> layout of each input
     flops: int = 0
+
+    @property
+    def kernel_name(self) -> str:
+        return self.name
 
 
 def layout_of(shape: tuple[int, ...] | None, lim: Limits) -> TexLayout | str:
@@ -150,16 +155,6 @@ def _const(graph: Graph, node: Node, i: int) -> np.ndarray | None:
     if i >= len(node.inputs) or not node.inputs[i]:
         return None
     return graph.constants.get(node.inputs[i])
-
-
-def _check_float(graph: Graph, names: list[str]) -> str | None:
-    for n in names:
-        if not n:
-            continue
-        dt = graph.constants[n].dtype if n in graph.constants else graph.dtypes.get(n)
-        if dt is not None and np.dtype(dt) != np.float32:
-            return f"tensor {n!r} is {np.dtype(dt)}; gles3 textures hold float32 only"
-    return None
 
 
 # ---- convolution family --------------------------------------------------------------------------
@@ -729,32 +724,46 @@ def alias(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     return Kernel("layout", "", [("X", node.inputs[0])], out, False, alias=node.inputs[0], in_layouts={"X": out})
 
 
-def _kernel_for(op: str) -> Callable[[Node, Graph, Limits], Kernel | str] | None:
-    if op == "Conv":
-        return conv
-    if op == "ConvTranspose":
-        return conv_transpose
-    if op in ("Gemm", "MatMul"):
-        return gemm
-    if op in ew.BINARY_OP_TYPES:
-        return binary
-    if op in ew.UNARY_OP_TYPES:
-        return unary
-    if op in ("MaxPool", "AveragePool"):
-        return pool
-    if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
-        return global_pool
-    if op in ("Resize", "Upsample"):
-        return resize
-    if op == "Concat":
-        return concat
-    if op == "Softmax":
-        return softmax
-    if op == "Pad":
-        return pad
-    if op in _ALIAS_OPS:
-        return alias
+def _check(node: Node, graph: Graph) -> str | None:
+    if not node.inputs or not node.inputs[0]:
+        return "no data input"
+    bad = _check_float(graph, node.inputs[:1] + node.outputs[:1])
+    if bad:
+        return bad
+    if node.inputs[0] in graph.constants and node.op_type not in ("Concat", "Sum", "Mean", "Max", "Min",
+                                                                  *ew.BINARY_OP_TYPES):
+        return "data input is constant"
     return None
+
+
+def single_output(node: Node, generated: Generated, graph: Graph) -> str | None:
+    """The path's last word on a generated kernel: a node with several outputs runs only as one
+    kernel per output (a list: Split)."""
+    if not isinstance(generated.payload, list) and len([o for o in node.outputs if o]) != 1:
+        return "more than one output"
+    return None
+
+
+def _check_float(graph: Graph, names: list[str]) -> str | None:
+    return non_float32(graph, names, "gles3 textures hold float32 only")
+
+
+# Candidates per op type: (kernel name, generator(node, graph, limits)). The Conv generator names
+# its kernel conv1x1, depthwise or conv (:func:`kernel_name`).
+REGISTRY = KernelRegistry("gles3", {
+    "Conv": [("conv", conv)],
+    "ConvTranspose": [("convtranspose", conv_transpose)],
+    "Gemm": [("gemm", gemm)], "MatMul": [("matmul", gemm)],
+    **{op: [("binary", binary)] for op in ew.BINARY_OP_TYPES},
+    **{op: [("unary", unary)] for op in ew.UNARY_OP_TYPES},
+    "MaxPool": [("pool", pool)], "AveragePool": [("pool", pool)],
+    **{op: [("globalpool", global_pool)] for op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean")},
+    "Resize": [("resize", resize)], "Upsample": [("resize", resize)],
+    "Concat": [("concat", concat)],
+    "Softmax": [("softmax", softmax)],
+    "Pad": [("pad", pad)],
+    **{op: [("layout", alias)] for op in _ALIAS_OPS},
+}, check=_check)
 
 
 def kernel_name(node: Node, graph: Graph) -> str | None:
@@ -769,45 +778,21 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
         if w is not None and w.ndim == 4 and w.shape[2] == w.shape[3] == 1:
             return "conv1x1"
         return "conv"
-    table = {"ConvTranspose": "convtranspose", "Gemm": "gemm", "MatMul": "matmul", "Concat": "concat",
-             "Softmax": "softmax", "Pad": "pad", "MaxPool": "pool", "AveragePool": "pool",
-             "GlobalAveragePool": "globalpool", "GlobalMaxPool": "globalpool", "ReduceMean": "globalpool",
-             "Resize": "resize", "Upsample": "resize"}
-    if op in table:
-        return table[op]
-    if op in ew.BINARY_OP_TYPES:
-        return "binary"
-    if op in ew.UNARY_OP_TYPES:
-        return "unary"
-    if op in _ALIAS_OPS:
-        return "layout"
-    from .index_ops import GENERATORS
-
-    return GENERATORS[op][0] if op in GENERATORS else None
+    cands = REGISTRY.get(op)
+    return cands[0][0] if cands else None
 
 
 def build(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
     """The kernel for ``node`` (one per output for Split) or the reason this path declines it.
-    The specialised generator here goes first; the general index kernels of
-    :mod:`.index_ops` take what it declines."""
-    from .index_ops import GENERATORS
+    The specialised generators of this module go first; the general index kernels of
+    :mod:`.index_ops` take what they decline."""
+    got = generate(REGISTRY, node, graph, lim)
+    return got if isinstance(got, str) else got.payload
 
-    if node.domain not in ("", "ai.onnx"):
-        return f"domain {node.domain!r}"
-    gen = _kernel_for(node.op_type)
-    general = GENERATORS[node.op_type][1] if node.op_type in GENERATORS else None
-    if gen is None and general is None:
-        return f"no gles3 kernel for {node.op_type}"
-    if not node.inputs or not node.inputs[0]:
-        return "no data input"
-    bad = _check_float(graph, [n for n in node.inputs[:1] + node.outputs[:1]])
-    if bad:
-        return bad
-    if node.inputs[0] in graph.constants and node.op_type not in ("Concat", "Sum", "Mean", "Max", "Min",
-                                                                  *ew.BINARY_OP_TYPES):
-        return "data input is constant"
-    first = gen(node, graph, lim) if gen is not None else None
-    if general is None or (first is not None and not isinstance(first, str)):
-        return first  # type: ignore[return-value]
-    second = general(node, graph, lim)
-    return first if isinstance(second, str) and first is not None else second
+
+# The general index kernels (Transpose, Slice, Split, Gather, Reduce*, normalisations, ...) are
+# candidates after the specialised ones; index_ops builds on this module, so it registers last.
+from .index_ops import GENERATORS as _INDEX_GENERATORS  # noqa: E402
+
+for _op, (_name, _gen) in _INDEX_GENERATORS.items():
+    REGISTRY.add(_op, _name, _gen)

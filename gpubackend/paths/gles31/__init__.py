@@ -30,6 +30,7 @@ from capability_probe import cache, faults
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
 from ..base import Path, RunStats, Segment
+from ..kernel_contract import KernelCache
 from . import gl as rawgl
 
 KEY = "gles31"
@@ -355,40 +356,20 @@ class Gles31Path(Path):
     def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()):
         super().__init__(precision, disabled_kernels)
         # decline() generates the records (weights packed once); compile() reuses them
-        self._generated: dict[tuple[int, str], tuple[Graph, tuple[str, list[ck.Record]] | str]] = {}
-
-    def _records(self, node: Node, graph: Graph) -> tuple[str, list[ck.Record]] | str:
-        key = (id(graph), node.name)
-        entry = self._generated.get(key)
-        if entry is None or entry[0] is not graph:
-            try:
-                hit: tuple[str, list[ck.Record]] | str = ck.generate(node, graph, self.precision,
-                                                                       self.disabled_kernels)
-            except ck.Decline as exc:
-                hit = str(exc)
-            entry = (graph, hit)
-            self._generated[key] = entry
-        return entry[1]
+        self.kernels = KernelCache(ck.REGISTRY, precision, disabled_kernels)
 
     def decline(self, node: Node, graph: Graph) -> str | None:
-        hit = self._records(node, graph)
-        return hit if isinstance(hit, str) else None
+        return self.kernels.decline(node, graph)
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
-        records: list[ck.Record] = []
-        for node in nodes:
-            hit = self._records(node, graph)
-            if isinstance(hit, str):
-                raise ValueError(f"gles31 cannot run {node.name}: {hit}")
-            records.extend(hit[1])
+        records: list[ck.Record] = [r for recs in self.kernels.payloads(nodes, graph, KEY) for r in recs]
         device, programs = device_and_programs()
         seg = Gles31Segment(nodes, graph, inputs, outputs, records, self.precision, device, programs)
-        for node in nodes:  # packed weights now live on the GPU
-            self._generated.pop((id(graph), node.name), None)
+        self.kernels.forget(nodes)  # packed weights now live on the GPU
         return seg
 
     def close(self) -> None:
-        self._generated.clear()
+        self.kernels.clear()
 
 
 def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> Gles31Path:
@@ -397,10 +378,8 @@ def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset
 
 def kernel_name(node: Node, graph: Graph) -> str | None:
     """The kernel that would run ``node`` on this path, or None if it declines."""
-    try:
-        return ck.generate(node, graph)[0]
-    except ck.Decline:
-        return None
+    got = ck.generate(node, graph)
+    return None if isinstance(got, str) else got.kernel
 
 
 def run_nodes(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], precision: str = "fp32",

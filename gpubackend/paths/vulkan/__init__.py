@@ -20,6 +20,7 @@ import numpy as np
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
 from ..base import Path, RunStats, Segment
+from ..kernel_contract import Generated, KernelCache
 from .device import KEY, MAX_PUSH_BYTES, VkDevice, spirv_dir
 from .program import BufferSpec, Compiled, Edge, Program, Step, reuse_temps
 
@@ -34,10 +35,8 @@ def spv_for(k: ck.Kernel) -> str:
 
 def kernel_name(node: Node, graph: Graph) -> str | None:
     """The short kernel name that would run ``node`` on this path, or None if it declines."""
-    try:
-        return ck.generate(node, graph, "fp32")[0]
-    except ck.Decline:
-        return None
+    got = ck.generate(node, graph, "fp32")
+    return None if isinstance(got, str) else got.kernel
 
 
 def push_words(k: ck.Kernel) -> np.ndarray:
@@ -236,7 +235,7 @@ class VulkanPath(Path):
         super().__init__(precision, disabled_kernels)
         self.record_once = os.environ.get(RECORD_ENV, "1") != "0"
         self._dev: VkDevice | None = None
-        self._cache: dict[int, tuple[Node, Graph, tuple[str, list[ck.Record]] | str]] = {}
+        self.kernels = KernelCache(ck.REGISTRY, precision, disabled_kernels, accept=self._shipped)
 
     @property
     def dev(self) -> VkDevice:
@@ -244,36 +243,18 @@ class VulkanPath(Path):
             self._dev = VkDevice()
         return self._dev
 
-    def _generate(self, node: Node, graph: Graph) -> tuple[str, list[ck.Record]] | str:
-        hit = self._cache.get(id(node))
-        if hit is not None and hit[0] is node and hit[1] is graph:
-            return hit[2]
-        try:
-            result: tuple[str, list[ck.Record]] | str = ck.generate(node, graph, self.precision,
-                                                                    self.disabled_kernels)
-            why = _check_shipped(result[1], graph, self.precision)
-            if why is not None:
-                result = why
-        except ck.Decline as exc:
-            result = str(exc)
-        self._cache[id(node)] = (node, graph, result)
-        return result
+    def _shipped(self, node: Node, generated: Generated, graph: Graph) -> str | None:
+        return _check_shipped(generated.payload, graph, self.precision)
 
     def decline(self, node: Node, graph: Graph) -> str | None:
-        result = self._generate(node, graph)
-        return result if isinstance(result, str) else None
+        return self.kernels.decline(node, graph)
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
-        records: list[ck.Record] = []
-        for node in nodes:
-            result = self._generate(node, graph)
-            if isinstance(result, str):
-                raise ValueError(f"vulkan: cannot compile {node.name} ({node.op_type}): {result}")
-            records += result[1]
+        records: list[ck.Record] = [r for recs in self.kernels.payloads(nodes, graph, KEY) for r in recs]
         return VulkanSegment(self.dev, nodes, graph, inputs, outputs, records, self.precision, self.record_once)
 
     def close(self) -> None:
-        self._cache.clear()
+        self.kernels.clear()
 
 
 def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()) -> VulkanPath:
