@@ -189,7 +189,8 @@ def test_a_session_survives_a_broken_generator(key: str, monkeypatch: pytest.Mon
     model = helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Sigmoid", ["r"], ["y"], name="sig")],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])]), opset_imports=[helper.make_opsetid("", 17)])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)])
     sess = gpubackend.Session(model, path=key, fallback=True, cpu_engine="numpy")
     x = np.random.default_rng(3).standard_normal((1, 3, 4, 4)).astype(np.float32)
     got = sess.run({"x": x})[0]

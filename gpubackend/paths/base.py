@@ -81,8 +81,13 @@ class Path(ABC):
     key: ClassVar[str]
 
     def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset()):
+        from .segment_services import poison_requested
+
         self.precision = precision
         self.disabled_kernels = disabled_kernels
+        # Tests: segments compiled from now on fill every tensor they produce with NaN before it
+        # is written, so an element a kernel forgets stays NaN (GPUBACKEND_POISON=1 sets it).
+        self.poison = poison_requested()
 
     @abstractmethod
     def decline(self, node: Node, graph: Graph) -> str | None:

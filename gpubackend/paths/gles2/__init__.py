@@ -10,8 +10,6 @@ programs, ``glDrawArrays`` and ``glReadPixels`` (RGBA / UNSIGNED_BYTE)."""
 from __future__ import annotations
 
 import functools
-import os
-import time
 from typing import Any
 
 import numpy as np
@@ -22,13 +20,14 @@ from capability_probe.errors import DriverUnavailable
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
+from ..segment_services import plan_storage, run_steps
 from .kernels import REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
 KEY = "gles2"
 GL_FRAGMENT_SHADER = 0x8B30
 GL_HIGH_FLOAT = 0x8DF2
-POISON_ENV = "GPUBACKEND_GLES2_POISON"  # tests: fill every output with NaN bytes before its draw
+GL_TRIANGLES = 0x0004
 
 
 def fragment_highp(ctx: Any) -> tuple[bool, str]:
@@ -123,14 +122,17 @@ class Gles2Segment(Segment):
         for name in inputs:
             self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
             self.textures[name] = self._own(rt.texture(self.layouts[name]))
-        last_use: dict[str, int] = {}
-        for idx, k in enumerate(kernels):
-            for name in k.inputs:
-                last_use[name] = idx
-        free: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
-        keep = set(outputs) | set(inputs)
+        for node, k in zip(nodes, kernels):
+            self.layouts[node.outputs[0]] = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
+        # Render targets shared by tensors whose lifetimes do not overlap (segment_services); the
+        # uploaded inputs keep their own textures.
+        produced = {n.outputs[0] for n in nodes}
+        slot_of, _ = plan_storage([[*k.inputs, n.outputs[0]] for n, k in zip(nodes, kernels)],
+                                  lambda name: self.layouts[name].size, managed=produced.__contains__,
+                                  keep=outputs)
+        targets: dict[int, tuple[Any, Any]] = {}
         self.steps: list[_Step] = []
-        for idx, (node, k) in enumerate(zip(nodes, kernels)):
+        for node, k in zip(nodes, kernels):
             texs = []
             for name in k.inputs:
                 if name not in self.textures:  # a constant: uploaded once, fp32
@@ -140,19 +142,13 @@ class Gles2Segment(Segment):
                     self.textures[name] = self._own(rt.texture(lay, lay.to_bytes(arr)))
                 texs.append(self.textures[name])
             out = node.outputs[0]
-            lay = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
-            pool = free.get(lay.size)
-            if pool and out not in keep:
-                tex, fbo = pool.pop()
-            else:
-                tex = self._own(rt.texture(lay))
-                fbo = self._own(rt.dev.ctx.framebuffer(color_attachments=[tex]))
-            self.layouts[out], self.textures[out], self.fbos[out] = lay, tex, fbo
+            slot = slot_of[out]
+            if slot not in targets:
+                tex = self._own(rt.texture(self.layouts[out]))
+                targets[slot] = (tex, self._own(rt.dev.ctx.framebuffer(color_attachments=[tex])))
+            self.textures[out], self.fbos[out] = targets[slot]
             _, vao = rt.program(k)
-            self.steps.append(_Step(node, k, vao, texs, fbo, out))
-            for name in k.inputs:
-                if last_use.get(name) == idx and name in self.fbos and name not in keep:
-                    free.setdefault(self.layouts[name].size, []).append((self.textures[name], self.fbos[name]))
+            self.steps.append(_Step(node, k, vao, texs, self.fbos[out], out))
 
     def _own(self, obj: Any) -> Any:
         self._owned.append(obj)
@@ -173,22 +169,8 @@ class Gles2Segment(Segment):
             lay = self.layouts[name]
             rt.dev.write(self.textures[name], lay.to_bytes(np.asarray(feeds[name], dtype=np.float32)))
             stats.upload(lay.nbytes)
-        for step in self.steps:
-            step.fbo.use()
-            if self.poison:
-                step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
-            for unit, tex in enumerate(step.inputs):
-                tex.use(location=unit)
-            if stats.profile:  # per-node seconds: host clock between glFinish calls
-                ctx.finish()
-                t0 = time.perf_counter()
-            rt.dev.dispatched()
-            step.vao.render(moderngl.TRIANGLES, vertices=3)
-            stats.dispatches += 1
-            if stats.profile:
-                ctx.finish()
-                name = step.node.name
-                stats.node_seconds[name] = stats.node_seconds.get(name, 0.0) + time.perf_counter() - t0
+        run_steps(self.steps, lambda step: self._draw(step, rt, stats), stats, ctx.finish,
+                  lambda step: step.node.name)
         out = {}
         for name in self.outputs:
             lay = self.layouts[name]
@@ -196,6 +178,16 @@ class Gles2Segment(Segment):
             out[name] = rt.dev.readback(lay.from_bytes(data))
             stats.download(lay.nbytes)
         return out
+
+    def _draw(self, step: _Step, rt: Runtime, stats: RunStats) -> None:
+        step.fbo.use()
+        if self.poison:
+            step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
+        for unit, tex in enumerate(step.inputs):
+            tex.use(location=unit)
+        rt.dev.dispatched()
+        step.vao.render(GL_TRIANGLES, vertices=3)
+        stats.dispatches += 1
 
     def close(self) -> None:
         self._rt.dev.release(*self._owned)
@@ -211,7 +203,6 @@ class Gles2Path(Path):
             raise ValueError(f"precision must be fp32 or fp16, not {precision!r}")
         self._device = device
         self._runtime: Runtime | None = None
-        self.poison = os.environ.get(POISON_ENV, "") not in ("", "0")
         # the Config needs the GL context's limits: made at the first generation
         self.kernels = KernelCache(REGISTRY, lambda: self.runtime.config(self.precision), disabled_kernels,
                                    lazy_context=True)

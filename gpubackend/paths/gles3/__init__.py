@@ -96,6 +96,8 @@ class Gles3Path(Path):
             steps.append(node)
         seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs)
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
+        if self.poison:
+            seg.poison = float("nan")
         return seg
 
 

@@ -1,10 +1,9 @@
 """The gles3 segment: textures, programs, weight buffers and draws for a run of gles3 nodes.
-Everything is allocated at compile time (textures pooled by liveness); a run uploads the
+Everything is allocated at compile time (textures shared by liveness); a run uploads the
 segment's inputs, draws every kernel and reads back only the segment's outputs."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +12,7 @@ import numpy as np
 from ...gl.device import GLDevice
 from ...graph import Graph, Node
 from ..base import RunStats, Segment
+from ..segment_services import plan_storage, run_steps
 from .kernels import Kernel, Limits, vertex_source
 from .layout import TexLayout, pack, unpack
 
@@ -26,7 +26,6 @@ class Storage:
     layout: TexLayout
     textures: list[Any]
     fbo: Any = None
-    refs: int = 0
 
 
 @dataclass
@@ -56,54 +55,50 @@ class Gles3Segment(Segment):
         self.dtype = dtype  # "f4" or "f2"
         self.poison: float | None = None  # tests: fill each output with this before its draw
         self.shapes = {n: tuple(int(d) for d in graph.shape(n) or ()) for n in inputs + outputs}
-        self._pool: dict[tuple, list[Storage]] = {}
         self._owned: list[Storage] = []
         self._vaos: dict[int, Any] = {}
         self._consts: list[Storage] = []
         self._closed = False
         self.storage: dict[str, Storage] = {}
-        self.layouts: dict[str, TexLayout] = {}  # a pooled Storage holds different layouts over time
+        self.layouts: dict[str, TexLayout] = {}  # a shared Storage holds different layouts over time
         vs = vertex_source()
 
-        last_use: dict[str, int] = {}
-        for idx, node in enumerate(nodes):
-            for name in node.inputs:
-                last_use[name] = idx
-        keep = set(outputs)
+        # Liveness and texture reuse (segment_services): an alias's output lives in its source's
+        # storage; storages of the same size and plane count are shared by tensors whose
+        # lifetimes do not overlap.
+        root: dict[str, str] = {}
         for name in inputs:
-            lay = kernels_layout_for_input(kernels, nodes, name)
-            st = self._alloc(lay)
-            st.refs += 1
-            self.storage[name] = st
-            self.layouts[name] = lay
+            self.layouts[name] = kernels_layout_for_input(kernels, nodes, name)
+        for node in nodes:
+            k = kernels[node.name]
+            if k.alias:
+                root[node.outputs[0]] = root.get(k.alias, k.alias)
+            self.layouts[node.outputs[0]] = k.out
+        owned = set(inputs) | {n.outputs[0] for n in nodes}
+        slot_of, _ = plan_storage(
+            [[root.get(n, n) for n in [*node.inputs, node.outputs[0]]] for node in nodes],
+            lambda name: (self.layouts[name].size, self.layouts[name].planes),
+            managed=lambda name: name in owned, preloaded=inputs, keep=[root.get(o, o) for o in outputs])
+        slots: dict[int, Storage] = {}
+        for name in [*inputs, *(n.outputs[0] for n in nodes)]:
+            slot = slot_of[root.get(name, name)]
+            if slot not in slots:
+                slots[slot] = self._new_storage(self.layouts[name])
+            self.storage[name] = slots[slot]
         self.steps: list[Step] = []
-        for idx, node in enumerate(nodes):
+        for node in nodes:
             k = kernels[node.name]
             step = Step(node, k)
             step.inputs = [self.storage[name] for _, name in k.inputs]
-            if k.alias:
-                out = self.storage[k.alias]
-            else:
-                out = self._alloc(k.out)
+            if not k.alias:
                 step.program = dev.program(vs, k.fragment)
                 self._setup(step, k)
-            out.refs += 1
-            step.out = out
-            self.storage[node.outputs[0]] = out
-            self.layouts[node.outputs[0]] = k.out
+            step.out = self.storage[node.outputs[0]]
             self.steps.append(step)
-            for name in set(node.inputs):
-                if name in self.storage and last_use.get(name) == idx and name not in keep:
-                    self._release(self.storage[name])
-            if node.outputs[0] not in keep and node.outputs[0] not in last_use:
-                self._release(out)
+        self._draws = [step for step in self.steps if step.program is not None]
 
     # ---- allocation ----------------------------------------------------------------------------
-    def _alloc(self, lay: TexLayout) -> Storage:
-        key = (lay.size, lay.planes)
-        free = self._pool.get(key)
-        if free:
-            return free.pop()
+    def _new_storage(self, lay: TexLayout) -> Storage:
         texs = []
         for _ in range(lay.planes):
             t = self.dev.texture(lay.size, 4, None, dtype=self.dtype)
@@ -113,11 +108,6 @@ class Gles3Segment(Segment):
         st.fbo = self.dev.ctx.framebuffer(color_attachments=texs)
         self._owned.append(st)
         return st
-
-    def _release(self, st: Storage) -> None:
-        st.refs -= 1
-        if st.refs <= 0 and st not in self._consts:
-            self._pool.setdefault((st.layout.size, st.layout.planes), []).append(st)
 
     def _setup(self, step: Step, k: Kernel) -> None:
         prog = step.program
@@ -198,17 +188,8 @@ class Gles3Segment(Segment):
                 stats.upload(plane.nbytes)
 
     def _execute(self, stats: RunStats) -> None:
-        for step in self.steps:
-            if step.program is None:
-                continue
-            if stats.profile:  # synchronise around each node so its seconds are its own
-                self.dev.ctx.finish()
-                t0 = time.perf_counter()
-                self._draw(step, stats)
-                self.dev.ctx.finish()
-                stats.node_seconds[step.node.name] = time.perf_counter() - t0
-            else:
-                self._draw(step, stats)
+        run_steps(self._draws, lambda step: self._draw(step, stats), stats,
+                  self.dev.ctx.finish, lambda step: step.node.name)
 
     def _read(self, name: str, stats: RunStats) -> np.ndarray:
         st, lay = self.storage[name], self.layouts[name]

@@ -31,6 +31,7 @@ from ...graph import Graph, Node
 from .. import compute_kernels as ck
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
+from ..segment_services import plan_storage, poison_words, run_steps, time_steps
 from . import gl as rawgl
 
 KEY = "gles31"
@@ -140,9 +141,17 @@ class _Dispatch:
         self.kernel, self.node = kernel, node
 
 
+_BARRIER = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
+
+
+def _node_of(d: _Dispatch) -> str:
+    return d.node
+
+
 class Gles31Segment(Segment):
     def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
-                 records: list[ck.Record], precision: str, device: Any, programs: ProgramCache):
+                 records: list[ck.Record], precision: str, device: Any, programs: ProgramCache,
+                 poison: bool = False):
         super().__init__(KEY, nodes, inputs, outputs)
         self.precision = precision
         self.device = device
@@ -150,7 +159,7 @@ class Gles31Segment(Segment):
         self.shapes = {n: tuple(graph.shape(n) or ()) for n in set(inputs) | set(outputs)}
         self._owned: list[Any] = []
         t0 = time.perf_counter()
-        self._build(graph, records, programs)
+        self._build(graph, records, programs, poison)
         self.compile_seconds = time.perf_counter() - t0
 
     # ---- compile -------------------------------------------------------------------------------
@@ -159,7 +168,7 @@ class Gles31Segment(Segment):
         self._owned.append(buf)
         return buf
 
-    def _build(self, graph: Graph, records: list[ck.Record], programs: ProgramCache) -> None:
+    def _build(self, graph: Graph, records: list[ck.Record], programs: ProgramCache, poison: bool) -> None:
         prec = self.precision
         records = ck.elide_concats(records, set(self.outputs))
         root: dict[str, str] = {}  # tensor -> the tensor whose buffer it uses
@@ -191,84 +200,58 @@ class Gles31Segment(Segment):
                         self._transformed.append((b.name, b.transform, buf, 1 if b.fp32 else 0))
         self._plain_inputs = [n for n in self.inputs if n in plain]
 
-        # Liveness per storage (aliases share one), in record order; inputs live from the start,
-        # segment outputs to the end.
-        end = len(records)
-        last: dict[str, int] = {}
-        first: dict[str, int] = {}
-        for name in self._plain_inputs:
-            first[rt(name)] = -1
-        for idx, r in enumerate(records):
-            names = [r.src, r.dst] if isinstance(r, ck.Alias) else [
-                b.name for b in r.bindings if b.role != "const" and b.transform is None]
-            outs = [r.dst] if isinstance(r, ck.Alias) else [b.name for b in r.bindings if b.role == "out"]
-            for n in names:
-                last[rt(n)] = max(last.get(rt(n), -1), idx)
-            for n in outs:
-                first.setdefault(rt(n), idx)
-        for name in self.outputs:
-            last[rt(name)] = end
         size: dict[str, int] = {}
-        for name in set(first) | set(last):
-            shape = graph.shape(name)
-            if shape is None:
-                raise ValueError(f"gles31: no static shape for {name!r}")
-            size[name] = ck.storage_bytes(tuple(shape), prec)
+
+        def size_of(name: str) -> int:
+            if name not in size:
+                shape = graph.shape(name)
+                if shape is None:
+                    raise ValueError(f"gles31: no static shape for {name!r}")
+                size[name] = ck.storage_bytes(tuple(shape), prec)
+            return size[name]
+
         for r in records:  # an alias's view may be larger than its root's (never, but be safe)
             if isinstance(r, ck.Alias):
-                size[rt(r.dst)] = max(size[rt(r.dst)], ck.storage_bytes(tuple(graph.shape(r.dst) or ()), prec))
+                size[rt(r.dst)] = max(size_of(rt(r.dst)), size_of(r.dst))
 
+        # Buffer reuse (segment_services): aliases share their root's storage; a storage takes the
+        # smallest free buffer that fits once every reader of the one before has run.
+        steps = [[rt(r.src), rt(r.dst)] if isinstance(r, ck.Alias) else
+                 [rt(b.name) for b in r.bindings if b.role != "const" and b.transform is None] for r in records]
+        slot_of, slot_bytes = plan_storage(steps, size_of,
+                                           managed=lambda name: name not in graph.constants,
+                                           preloaded=[rt(n) for n in self._plain_inputs],
+                                           keep=[rt(n) for n in self.outputs], fits=int.__ge__)
+        slot_bufs = [self._alloc(nbytes) for nbytes in slot_bytes]
+        if poison:  # tests: every storage starts as NaN, so an element no kernel wrote shows up
+            for buf, nbytes in zip(slot_bufs, slot_bytes):
+                buf.write(poison_words(nbytes, prec).tobytes())
+        buffers: dict[str, Any] = {name: slot_bufs[slot] for name, slot in slot_of.items()}
         # Graph constants read as runtime tensors (e.g. a constant MatMul operand) are uploaded once.
-        buffers: dict[str, Any] = {}
         for r in records:
             if isinstance(r, ck.Kernel):
                 for b in r.bindings:
                     if b.role == "in" and b.name in graph.constants and b.name not in buffers:
                         buffers[b.name] = self._alloc(0, ck.as_storage(ck.pack(graph.constants[b.name]), prec))
-        # Buffer reuse: a storage takes the smallest free buffer that fits once its last reader ran.
-        free: list[tuple[int, Any]] = []
-
-        def take(nbytes: int) -> Any:
-            best = None
-            for i, (cap, _) in enumerate(free):
-                if cap >= nbytes and (best is None or cap < free[best][0]):
-                    best = i
-            if best is not None:
-                return free.pop(best)[1]
-            buf = self._alloc(nbytes)
-            buf._gpub_cap = nbytes  # noqa: SLF001 - remembered for reuse
-            return buf
-
-        for name in self._plain_inputs:
-            if rt(name) not in buffers:
-                buffers[rt(name)] = take(size[rt(name)])
         self._input_buffers = {n: buffers[rt(n)] for n in self._plain_inputs}
         self.dispatches: list[_Dispatch] = []
         self.kernel_counts: dict[str, int] = {}
-        for idx, r in enumerate(records):
+        for r in records:
             if isinstance(r, ck.Alias):
                 self.kernel_counts["layout(alias)"] = self.kernel_counts.get("layout(alias)", 0) + 1
-            else:
-                for b in r.bindings:
-                    if b.role == "out" and rt(b.name) not in buffers:
-                        buffers[rt(b.name)] = take(size[rt(b.name)])
-                bound = []
-                for b in r.bindings:
-                    if b.role == "const":
-                        bound.append(self._alloc(0, ck.as_storage(b.data, "fp32" if b.fp32 else prec)))
-                    elif b.transform is not None:
-                        bound.append(transformed_buf[id(b)])
-                    else:
-                        bound.append(buffers[rt(b.name)] if b.name not in graph.constants else buffers[b.name])
-                ubo = self._alloc(0, np.frombuffer(ck.pack_params(r), np.uint8))
-                prog = programs.get(ck.glsl_source(r, "gles31"))
-                self.dispatches.append(_Dispatch(prog, [b.glo for b in bound], ubo.glo, r.groups, r.kernel, r.node))
-                self.kernel_counts[r.kernel] = self.kernel_counts.get(r.kernel, 0) + 1
-            for name, lu in list(last.items()):
-                if lu == idx and name in buffers and name not in graph.constants:
-                    buf = buffers.pop(name)
-                    free.append((getattr(buf, "_gpub_cap", 0), buf))
-                    del last[name]
+                continue
+            bound = []
+            for b in r.bindings:
+                if b.role == "const":
+                    bound.append(self._alloc(0, ck.as_storage(b.data, "fp32" if b.fp32 else prec)))
+                elif b.transform is not None:
+                    bound.append(transformed_buf[id(b)])
+                else:
+                    bound.append(buffers[rt(b.name)] if b.name not in graph.constants else buffers[b.name])
+            ubo = self._alloc(0, np.frombuffer(ck.pack_params(r), np.uint8))
+            prog = programs.get(ck.glsl_source(r, "gles31"))
+            self.dispatches.append(_Dispatch(prog, [b.glo for b in bound], ubo.glo, r.groups, r.kernel, r.node))
+            self.kernel_counts[r.kernel] = self.kernel_counts.get(r.kernel, 0) + 1
         self._output_buffers = {n: buffers[rt(n)] for n in self.outputs}
 
     # ---- run -----------------------------------------------------------------------------------
@@ -298,24 +281,7 @@ class Gles31Segment(Segment):
                 stats.upload(data.nbytes)
 
     def _execute(self, stats: RunStats) -> None:
-        g = self.gl
-        barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
-        profile = stats.profile  # per-node seconds: host clock between glFinish calls
-        for d in self.dispatches:
-            if profile:
-                g.glFinish()
-                t0 = time.perf_counter()
-            self.device.dispatched()
-            g.use_program(d.program)
-            for i, glo in enumerate(d.buffers):
-                g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, i, glo)
-            g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
-            g.dispatch_compute(*d.groups)
-            g.memory_barrier(barrier)
-            stats.dispatches += 1
-            if profile:
-                g.glFinish()
-                stats.node_seconds[d.node] = stats.node_seconds.get(d.node, 0.0) + time.perf_counter() - t0
+        run_steps(self.dispatches, lambda d: self._dispatch(d, stats), stats, self.gl.glFinish, _node_of)
 
     def _read(self, name: str, stats: RunStats) -> np.ndarray:
         shape = self.shapes[name]
@@ -325,25 +291,23 @@ class Gles31Segment(Segment):
         stats.download(nbytes)
         return ck.unpack(raw, shape)
 
+    def _dispatch(self, d: _Dispatch, stats: RunStats) -> None:
+        g = self.gl
+        self.device.dispatched()
+        g.use_program(d.program)
+        for i, glo in enumerate(d.buffers):
+            g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, i, glo)
+        g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
+        g.dispatch_compute(*d.groups)
+        g.memory_barrier(_BARRIER)
+        stats.dispatches += 1
+
     def profile(self, feeds: dict[str, np.ndarray], repeat: int = 1) -> list[tuple[str, str, float]]:
         """(node, kernel, median seconds) per dispatch, each timed to completion (glFinish)."""
         self.run(feeds, RunStats())
-        g = self.gl
-        times: list[list[float]] = [[] for _ in self.dispatches]
-        barrier = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
-        for _ in range(repeat):
-            for i, d in enumerate(self.dispatches):
-                g.glFinish()
-                t0 = time.perf_counter()
-                g.use_program(d.program)
-                for j, glo in enumerate(d.buffers):
-                    g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, j, glo)
-                g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
-                g.dispatch_compute(*d.groups)
-                g.memory_barrier(barrier)
-                g.glFinish()
-                times[i].append(time.perf_counter() - t0)
-        return [(d.node, d.kernel, float(np.median(t))) for d, t in zip(self.dispatches, times)]
+        stats = RunStats()
+        secs = time_steps(self.dispatches, lambda d: self._dispatch(d, stats), self.gl.glFinish, repeat)
+        return [(d.node, d.kernel, t) for d, t in zip(self.dispatches, secs)]
 
     def close(self) -> None:
         self.device.release(*self._owned)
@@ -364,7 +328,7 @@ class Gles31Path(Path):
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         records: list[ck.Record] = [r for recs in self.kernels.payloads(nodes, graph, KEY) for r in recs]
         device, programs = device_and_programs()
-        seg = Gles31Segment(nodes, graph, inputs, outputs, records, self.precision, device, programs)
+        seg = Gles31Segment(nodes, graph, inputs, outputs, records, self.precision, device, programs, self.poison)
         self.kernels.forget(nodes)  # packed weights now live on the GPU
         return seg
 
@@ -383,22 +347,15 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
 
 
 def run_nodes(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], precision: str = "fp32",
-              poison: float | None = float("nan")) -> tuple[dict[str, np.ndarray], RunStats]:
+              poison: bool = True) -> tuple[dict[str, np.ndarray], RunStats]:
     """Compile ``nodes`` as one segment and run it once (tests, canary, benchmarks). With
-    ``poison`` every intermediate/output buffer is filled with it first, so an unwritten
-    element shows up."""
+    ``poison`` every intermediate/output buffer starts as NaN, so an unwritten element shows up."""
     path = create(precision)
+    path.poison = poison
     produced = {o for n in nodes for o in n.outputs if o}
     inputs = [i for n in nodes for i in n.inputs if i and i not in produced and i not in graph.constants]
     inputs = list(dict.fromkeys(inputs))
     seg = path.compile(nodes, graph, inputs, list(graph.outputs))
-    assert isinstance(seg, Gles31Segment)
-    if poison is not None:
-        for buf in seg._owned:  # noqa: SLF001
-            if buf not in seg._input_buffers.values() and getattr(buf, "_gpub_cap", None):
-                fill = np.full(buf.size // 2, poison, np.float16) if precision == "fp16" else \
-                    np.full(buf.size // 4, poison, np.float32)
-                buf.write(fill.tobytes())
     stats = RunStats()
     try:
         return seg.run(feeds, stats), stats

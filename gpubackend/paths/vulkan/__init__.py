@@ -200,13 +200,10 @@ class VulkanSegment(Segment):
             words_in.append(w)
             stats.upload(w.nbytes)
         self.compiled.dev.staged(sum(w.nbytes for w in words_in))
-        seconds: list[float] | None = [] if stats.profile else None
-        words_out = self.compiled.execute(words_in, seconds)
+        words_out = self.compiled.execute(words_in, stats)
         stats.dispatches += self.dispatch_count
-        if seconds is not None:
+        if stats.profile:
             stats.timing = "host"
-            for step, sec in zip(self.program.steps, seconds):
-                stats.node_seconds[step.node] = stats.node_seconds.get(step.node, 0.0) + sec
         out = {}
         for edge, w in zip(self.program.outputs, words_out):
             assert edge.from_words is not None

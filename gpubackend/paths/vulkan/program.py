@@ -4,17 +4,15 @@ outputs) that each run replays."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..base import RunStats
+from ..segment_services import POISON_F32, POISON_HALF_PAIR, plan_storage, run_steps, time_steps
 from .device import VkDevice
-
-POISON_F32 = np.float32(np.nan)
-POISON_U32 = np.uint32(0x7E007E00)  # a half-float NaN pair (packHalf2x16 storage)
 
 
 @dataclass
@@ -82,7 +80,7 @@ class Compiled:
                 assert spec.data is not None
                 init = np.ascontiguousarray(spec.data, spec.dtype).reshape(-1)
             else:
-                poison = POISON_F32 if spec.dtype is np.float32 else POISON_U32
+                poison = POISON_F32 if spec.dtype is np.float32 else POISON_HALF_PAIR
                 init = np.full(max(1, spec.words), poison, spec.dtype)
             self.tensors[spec.name] = dev.tensor(init, device_only=spec.kind == "temp")
         self.algos = []
@@ -120,38 +118,33 @@ class Compiled:
             seqs.append(dev.sequence().record(dev.sync_local(self.out_tensors)))
         return seqs
 
-    def execute(self, words_in: list[np.ndarray], step_seconds: list[float] | None = None) -> list[np.ndarray]:
+    def execute(self, words_in: list[np.ndarray], stats: RunStats | None = None) -> list[np.ndarray]:
         """Write the input words, run every dispatch, return the output words (copies). With
-        ``step_seconds`` (profiling) each dispatch is evaluated alone and its host-measured
-        seconds appended there."""
+        ``stats.profile`` each dispatch is evaluated alone and its host-measured seconds added to
+        its node in ``stats.node_seconds`` (segment_services.run_steps)."""
         for t, w in zip(self.in_tensors, words_in):
             view = t.data()
             view[: w.size] = w.reshape(-1).view(view.dtype) if w.dtype != view.dtype else w.reshape(-1)
-        if self.record_once and step_seconds is None:
+        profile = stats is not None and stats.profile
+        if self.record_once and not profile:
             self.dev.eval(self.seq)
         else:
             if self._per_node is None:
                 self._per_node = self._record_per_node()
             first = 1 if self.in_tensors else 0
-            for i, s in enumerate(self._per_node):
-                t0 = time.perf_counter()
+            end = first + len(self.algos)
+            for s in self._per_node[:first]:
                 self.dev.eval(s)
-                if step_seconds is not None and first <= i < first + len(self.algos):
-                    step_seconds.append(time.perf_counter() - t0)
+            run_steps(list(zip(self.program.steps, self._per_node[first:end])), lambda step: self.dev.eval(step[1]),
+                      stats if stats is not None else RunStats(), lambda: None, lambda step: step[0].node)
+            for s in self._per_node[end:]:
+                self.dev.eval(s)
         return [self.dev.readback(np.array(self.tensors[e.buffer].data(), copy=True)) for e in self.program.outputs]
 
     def time_dispatches(self, repeats: int = 3) -> list[float]:
         """Median seconds per step, each step evaluated alone (benchmarks)."""
         seqs = [self.dev.sequence().record(self.dev.dispatch_op(a)) for a in self.algos]
-        out = []
-        for s in seqs:
-            ts = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                s.eval()
-                ts.append(time.perf_counter() - t0)
-            out.append(float(np.median(ts)))
-        return out
+        return time_steps(seqs, lambda s: s.eval(), lambda: None, repeats)
 
     def close(self) -> None:
         for seq in [self.seq, *(self._per_node or [])]:
@@ -175,38 +168,26 @@ class Compiled:
 
 def reuse_temps(prog: Program) -> int:
     """Let device-only intermediates share buffers once their last reader has run (smallest free
-    buffer of the same word type that fits). Rewrites ``prog`` in place; returns the words saved.
-    Safe with Kompute's per-dispatch barrier: its compute->compute execution dependency also
-    orders a later write after every earlier read (write-after-read)."""
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, step in enumerate(prog.steps):
-        for b in step.bindings:
-            if b and prog.buffers[b].kind == "temp":
-                first.setdefault(b, i)
-                last[b] = i
+    buffer of the same word type that fits: ``segment_services.plan_storage``). Rewrites ``prog``
+    in place; returns the words saved. Safe with Kompute's per-dispatch barrier: its
+    compute->compute execution dependency also orders a later write after every earlier read
+    (write-after-read)."""
+    temps = {n for n, s in prog.buffers.items() if s.kind == "temp"}
+    slot_of, _ = plan_storage([step.bindings for step in prog.steps],
+                              lambda b: (np.dtype(prog.buffers[b].dtype).str, prog.buffers[b].words),
+                              managed=temps.__contains__,
+                              fits=lambda have, need: have[0] == need[0] and have[1] >= need[1])
+    host: dict[int, str] = {}  # slot -> the first temp placed in it, whose buffer it becomes
     physical: dict[str, str] = {}
-    free: list[BufferSpec] = []
-    kept: dict[str, BufferSpec] = {n: s for n, s in prog.buffers.items() if s.kind != "temp"}
     saved = 0
-    for i, step in enumerate(prog.steps):
-        for b in step.bindings:
-            if not b or b in physical or prog.buffers[b].kind != "temp":
-                continue
-            spec = prog.buffers[b]
-            fits = [f for f in free if f.dtype is spec.dtype and f.words >= spec.words]
-            if fits:
-                host = min(fits, key=lambda f: f.words)
-                free.remove(host)
-                physical[b] = host.name
-                saved += spec.words
-            else:
-                physical[b] = b
-                kept[b] = spec
-        for b in set(step.bindings):
-            if b and last.get(b) == i:
-                free.append(kept[physical[b]])
+    for b in slot_of:  # in first-use order
+        slot = slot_of[b]
+        if slot in host:
+            physical[b] = host[slot]
+            saved += prog.buffers[b].words
+        else:
+            host[slot] = physical[b] = b
     for step in prog.steps:
         step.bindings = [physical.get(b, b) for b in step.bindings]
-    prog.buffers = kept
+    prog.buffers = {n: s for n, s in prog.buffers.items() if n not in temps or physical.get(n) == n}
     return saved

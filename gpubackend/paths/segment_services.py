@@ -1,0 +1,128 @@
+"""Services every GPU segment uses, written once: tensor liveness with storage reuse
+(:func:`plan_storage`), the per-node profiling loop (:func:`run_steps`, :func:`time_steps`) and
+output poisoning for tests (:func:`poison_requested`, the NaN patterns). What a path keeps to itself
+is only what differs: the device objects a storage slot becomes, how a step is dispatched, how
+its outputs are filled with NaN (cleared render targets, filled buffers)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .base import RunStats
+
+S = TypeVar("S", bound=Hashable)
+T = TypeVar("T")
+
+# ---- liveness and storage reuse --------------------------------------------------------------------
+
+
+def plan_storage(steps: Sequence[Iterable[str]], size_of: Callable[[str], S], *, managed: Callable[[str], bool],
+                 preloaded: Iterable[str] = (), keep: Iterable[str] = (),
+                 fits: Callable[[S, S], bool] | None = None) -> tuple[dict[str, int], list[S]]:
+    """Assign each managed tensor a storage slot so that tensors whose lifetimes do not overlap
+    share one. ``steps[i]`` names the tensors step i reads or writes (aliases already mapped to
+    the tensor that owns the storage); a tensor lives from its first step (``preloaded`` ones, the
+    segment's uploaded inputs, from before step 0) to its last, ``keep`` (the segment's outputs)
+    to the end. A tensor takes the smallest free slot that ``fits(slot size, its size)`` (default:
+    equal sizes), else a new slot of its size; a slot is free again after the last step that
+    touches its tenant, so a step never writes into storage it reads. Returns (tensor -> slot,
+    slot sizes)."""
+    fits = fits or (lambda have, need: have == need)
+    keep = set(keep)
+    last: dict[str, int] = {}
+    for i, names in enumerate(steps):
+        for n in names:
+            if n and managed(n):
+                last[n] = i
+    slot_of: dict[str, int] = {}
+    sizes: list[S] = []
+    free: list[int] = []
+
+    def place(name: str) -> None:
+        need = size_of(name)
+        ok = [s for s in free if fits(sizes[s], need)]
+        if ok:
+            best = min(ok, key=lambda s: sizes[s])  # type: ignore[arg-type,return-value]
+            free.remove(best)
+            slot_of[name] = best
+        else:
+            slot_of[name] = len(sizes)
+            sizes.append(need)
+
+    for name in dict.fromkeys(preloaded):
+        if managed(name):
+            place(name)
+    for i, names in enumerate(steps):
+        names = [n for n in dict.fromkeys(names) if n and managed(n)]
+        for n in names:
+            if n not in slot_of:
+                place(n)
+        for n in names:
+            if last.get(n) == i and n not in keep:
+                free.append(slot_of[n])
+    return slot_of, sizes
+
+
+# ---- the run loop with per-node profiling -----------------------------------------------------------
+
+def run_steps(steps: Sequence[T], run_one: Callable[[T], Any], stats: RunStats, finish: Callable[[], Any],
+              node_of: Callable[[T], str]) -> None:
+    """Run ``run_one(step)`` for every step. With ``stats.profile`` the device is synchronised
+    (``finish``) around each step and the host-clock seconds are added to the node's entry of
+    ``stats.node_seconds``."""
+    if not stats.profile:
+        for step in steps:
+            run_one(step)
+        return
+    seconds = stats.node_seconds
+    for step in steps:
+        finish()
+        t0 = time.perf_counter()
+        run_one(step)
+        finish()
+        name = node_of(step)
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+def time_steps(steps: Sequence[T], run_one: Callable[[T], Any], finish: Callable[[], Any],
+               repeat: int = 1) -> list[float]:
+    """Median seconds of each step over ``repeat`` rounds, each step synchronised alone
+    (benchmarks); the same loop as :func:`run_steps`."""
+    from .base import RunStats
+
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(repeat):
+        stats = RunStats(profile=True)
+        run_steps(steps, run_one, stats, finish, lambda s: str(id(s)))
+        for i, s in enumerate(steps):
+            times[i].append(stats.node_seconds[str(id(s))])
+    return [float(np.median(t)) for t in times]
+
+
+# ---- output poisoning for tests ---------------------------------------------------------------------
+
+POISON_ENV = "GPUBACKEND_POISON"  # tests: fill every segment output with NaN before it is written
+POISON_F32 = np.float32(np.nan)
+POISON_HALF_PAIR = np.uint32(0x7E007E00)  # two fp16 NaNs in one packHalf2x16 word
+
+
+def poison_requested() -> bool:
+    """Whether the environment asks paths to poison outputs (``Path.poison``'s default)."""
+    return os.environ.get(POISON_ENV, "") not in ("", "0")
+
+
+def poison_words(nbytes: int, precision: str) -> np.ndarray:
+    """``nbytes`` of NaN in the storage format of ``precision`` (fp32 floats or fp16 halves)."""
+    if precision == "fp16":
+        return np.full(nbytes // 2, np.nan, np.float16)
+    return np.full(nbytes // 4, POISON_F32, np.float32)
+
+
+__all__ = ["POISON_ENV", "POISON_F32", "POISON_HALF_PAIR", "plan_storage", "poison_requested", "poison_words",
+           "run_steps", "time_steps"]
