@@ -5,8 +5,8 @@ when the file is not what the registries give today (``tests/test_ops_table.py``
 
 What is read, per path:
 - ``cpu``: ``fallback.supported_ops()`` (the NumPy kernels; the onnxruntime engine runs more).
-- ``gles2``: ``paths/gles2/kernels.GENERATORS``.
-- ``gles3``: ``paths/gles3/kernels._kernel_for`` (the op -> generator dispatch) and ``kernel_name``.
+- ``gles2``: ``paths/gles2/kernels.REGISTRY``.
+- ``gles3``: ``paths/gles3/kernels.REGISTRY``.
 - ``gles31`` and ``vulkan``: ``paths/compute_kernels.REGISTRY`` (one set of generators for both).
 
 "Declines" are the reasons a generator gives for a node of an op it otherwise runs, read from the
@@ -22,7 +22,7 @@ import ast
 import inspect
 import sys
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -36,48 +36,13 @@ REGENERATE = "python tools/ops_table.py --write"
 
 
 # ---- what each path registers ------------------------------------------------------------------
-def _compute_candidates() -> tuple[dict[str, list[tuple[str, Callable]]], list[Callable]]:
-    from gpubackend.paths import compute_kernels as ck
+def _candidates(registry: dict) -> tuple[dict[str, list[tuple[str, Callable]]], list[Callable]]:
+    """A path's registry (``paths/kernel_contract.KernelRegistry``) and the functions whose
+    declines apply to every op: the shared contract loop and the path's own check."""
+    from gpubackend.paths import kernel_contract
 
-    return {op: list(c) for op, c in ck.REGISTRY.items()}, [ck.generate]
-
-
-def _gles3_candidates(ops: Iterable[str]) -> tuple[dict[str, list[tuple[str, Callable]]], list[Callable]]:
-    from gpubackend.graph import Node
-    from gpubackend.paths.gles3 import index_ops
-    from gpubackend.paths.gles3 import kernels as k3
-
-    table: dict[str, list[tuple[str, Callable]]] = {}
-    for op in ops:
-        gen = k3._kernel_for(op)  # noqa: SLF001 - the path's op -> generator dispatch
-        if gen is not None:
-            try:  # the kernel's short name where it does not depend on the node's constants
-                name = k3.kernel_name(Node("n", op, ["x"], ["y"], {}), _EmptyGraph()) or gen.__name__
-            except Exception:  # noqa: BLE001 - names that need the node's weights
-                name = gen.__name__
-            table[op] = [(name, gen)]
-        if op in index_ops.GENERATORS:  # the general index kernels, tried after a specialised one
-            table.setdefault(op, []).append(index_ops.GENERATORS[op])
-    from gpubackend.paths import gles3
-
-    return table, [k3.build, gles3.Gles3Path.decline]
-
-
-def _gles2_candidates() -> tuple[dict[str, list[tuple[str, Callable]]], list[Callable]]:
-    from gpubackend.paths.gles2 import kernels as k2
-
-    return ({op: [(gen.__name__.removeprefix("gen_"), gen)] for op, gen in k2.GENERATORS.items()},
-            [k2.generate])
-
-
-class _EmptyGraph:
-    """Enough of a Graph for ``kernel_name`` of a node whose name does not depend on constants."""
-
-    constants: dict = {}
-    dtypes: dict = {}
-
-    def shape(self, name: str) -> None:
-        return None
+    gates = [kernel_contract.generate] + ([registry.check] if registry.check is not None else [])
+    return {op: list(c) for op, c in registry.items()}, gates
 
 
 # ---- decline reasons from the generators' source ----------------------------------------------
@@ -105,7 +70,7 @@ def _returns_reason(fn: Callable) -> bool:
     """A generator or helper returning ``Something | str`` gives its decline as the string."""
     note = str(getattr(fn, "__annotations__", {}).get("return", ""))
     parts = {p.strip() for p in note.split("|")}
-    if getattr(fn, "__name__", "") == "decline":  # Path.decline: the reason, or None to accept
+    if getattr(fn, "__name__", "") in ("decline", "generate", "_check"):  # the reason, or None to accept
         return "str" in parts
     return "str" in parts and bool(parts - {"str", "None"})
 
@@ -156,34 +121,33 @@ def collect() -> dict:
     from gpubackend.paths.gles2 import kernels as k2
     from gpubackend.paths.gles3 import kernels as k3
 
-    compute, compute_gate = _compute_candidates()
-    gles2, gles2_gate = _gles2_candidates()
+    compute, compute_gate = _candidates(ck.REGISTRY)
+    gles2, gles2_gate = _candidates(k2.REGISTRY)
+    gles3, gles3_gate = _candidates(k3.REGISTRY)
     cpu_ops = sorted(fallback.supported_ops())
-    all_ops = sorted(set(cpu_ops) | set(compute) | set(gles2))
-    gles3, gles3_gate = _gles3_candidates(all_ops)
-    all_ops = sorted(set(all_ops) | set(gles3))
+    all_ops = sorted(set(cpu_ops) | set(compute) | set(gles2) | set(gles3))
     per_path = {
-        "gles2": (gles2, gles2_gate, k2, False),
-        "gles3": (gles3, gles3_gate, k3, True),
-        "gles31": (compute, compute_gate, ck, False),
-        "vulkan": (compute, compute_gate, ck, False),
+        "gles2": (gles2, gles2_gate, False),
+        "gles3": (gles3, gles3_gate, True),
+        "gles31": (compute, compute_gate, False),
+        "vulkan": (compute, compute_gate, False),
     }
     cells: dict[str, dict[str, list[str]]] = {"cpu": {op: ["numpy"] for op in cpu_ops}}
     declines: dict[str, dict[str, list[str]]] = {}
     common: dict[str, list[str]] = {}
-    for key, (table, gates, module, returns) in per_path.items():
+    for key, (table, gates, returns) in per_path.items():
         cells[key] = {op: list(dict.fromkeys(name for name, _ in cands)) for op, cands in table.items()}
         gate_reasons: list[str] = []
         for gate in gates:
-            gate_reasons += _reasons(gate, sys.modules[gate.__module__], returns, depth=0)
+            gate_reasons += _reasons(gate, sys.modules[gate.__module__], True, depth=0)
         common[key] = [r for r in dict.fromkeys(gate_reasons) if not r.startswith("no ")]
         declines[key] = {}
         by_gen: dict[Callable, list[str]] = {}
         for op, cands in table.items():
             reasons: list[str] = []
             for _, gen in cands:
-                if gen not in by_gen:  # helpers are looked up in the generator's own module
-                    by_gen[gen] = _reasons(gen, sys.modules.get(gen.__module__, module), returns)
+                if gen not in by_gen:
+                    by_gen[gen] = _reasons(gen, sys.modules[gen.__module__], returns)
                 reasons += by_gen[gen]
             declines[key][op] = list(dict.fromkeys(reasons))
     return {"ops": all_ops, "cells": cells, "declines": declines, "common": common}
