@@ -17,13 +17,14 @@ import fallback
 from . import ops
 from .errors import GpuBackendError, ModelError, OptionError
 from .graph import Graph, Node
+from .ops import elementwise as ew
 
 ModelLike = str | bytes | os.PathLike | onnx.ModelProto
 
 # Ops never folded even when every input is constant (random or stateful).
 _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
 # Activations that Conv / ConvTranspose / Gemm / MatMul kernels apply in the same pass.
-FUSABLE_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh"}
+FUSABLE_ACTIVATIONS = frozenset(ew.FUSABLE)  # the op layer's list: every GPU path's conv/gemm kernels apply them
 _FUSING_PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 
 

@@ -1,6 +1,6 @@
-"""The Vulkan (Kompute) path on lavapipe: every compute kernel against ``fallback.run_node`` with
-poisoned outputs, the shipped SPIR-V against its sources, the recorded sequence, transfers,
-fault hooks, ONNX's node tests and the whole test models against onnxruntime."""
+"""The Vulkan (Kompute) path on lavapipe, what is its own: the shipped SPIR-V against its sources,
+push and specialisation constants, the recorded sequence, transfers, fault hooks, ONNX's node tests
+and the whole test models against onnxruntime. Its per-kernel cases are in tests/test_ops.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from onnx_nodes import node_cases, run_node_case
 
 import gpubackend
 from capability_probe.errors import ContextLost, DeviceOutOfMemory, DriverUnavailable, ShaderCompileError
-from gpubackend.paths.base import RunStats
 
 
 def _vulkan_absent() -> str | None:
@@ -137,120 +136,8 @@ def test_push_constant_words() -> None:
     assert w.view(np.int32)[:2].tolist() == [3, -2] and w[2:3].view(np.float32)[0] == 1.5 and w[3] == 1
 
 
-# ---- every kernel against fallback ----------------------------------------------------------------
-def _conv(x, w, b=None, **attrs):
-    return ("Conv", [x, w, b], attrs)
-
-
-KERNEL_CASES = {
-    # name: (expected kernel, op, inputs, attrs, const input indices)
-    "conv3x3_pad_stride2_relu": ("conv", *_conv(r(1, 5, 11, 9), r(7, 5, 3, 3), r(7), kernel_shape=[3, 3],
-                                                pads=[1, 1, 1, 1], strides=[2, 2], _act=("Relu", {}))),
-    "conv_asym_pad_dilation_batch2": ("conv", *_conv(r(2, 3, 10, 13), r(6, 3, 3, 2), r(6), kernel_shape=[3, 2],
-                                                     pads=[2, 0, 1, 1], dilations=[2, 3], strides=[1, 2])),
-    "conv_grouped_hardswish": ("conv", *_conv(r(1, 6, 7, 7), r(9, 2, 3, 3), r(9), kernel_shape=[3, 3], group=3,
-                                              pads=[1, 1, 1, 1], _act=("HardSwish", {}))),
-    "conv_1x1_spatial_no_bias": ("conv", *_conv(r(1, 13, 1, 1), r(17, 13, 3, 3), None, kernel_shape=[3, 3],
-                                                pads=[1, 1, 1, 1])),
-    "conv_same_upper_leaky": ("conv", *_conv(r(1, 4, 8, 5), r(5, 4, 4, 4), r(5), kernel_shape=[4, 4],
-                                             auto_pad="SAME_UPPER", strides=[2, 2],
-                                             _act=("LeakyRelu", {"alpha": 0.1}))),
-    "conv_runtime_weights": ("conv", "Conv", [r(2, 5, 6, 7), r(6, 5, 3, 3), r(6)],
-                             {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2]}, ()),
-    "conv1x1_clip": ("conv1x1", *_conv(r(2, 10, 5, 3), r(7, 10, 1, 1), r(7), kernel_shape=[1, 1],
-                                       _act=("Clip", {"min": -0.5, "max": 0.5}))),
-    "conv1x1_sigmoid_c1": ("conv1x1", *_conv(r(1, 3, 9, 9), r(1, 3, 1, 1), r(1), kernel_shape=[1, 1],
-                                             _act=("Sigmoid", {}))),
-    "depthwise_s2_relu6": ("depthwise", *_conv(r(1, 6, 9, 11), r(6, 1, 3, 3), r(6), kernel_shape=[3, 3], group=6,
-                                               pads=[1, 1, 1, 1], strides=[2, 2],
-                                               _act=("Clip", {"min": 0.0, "max": 6.0}))),
-    "depthwise_5x5_dilated_batch2": ("depthwise", *_conv(r(2, 5, 8, 8), r(5, 1, 5, 5), None, kernel_shape=[5, 5],
-                                                         group=5, pads=[4, 4, 4, 4], dilations=[2, 2])),
-    "convtranspose_2x2_s2": ("convtranspose", "ConvTranspose", [r(1, 6, 5, 7), r(6, 3, 2, 2), r(3)],
-                             {"kernel_shape": [2, 2], "strides": [2, 2]}),
-    "convtranspose_3x3_pad_group_tanh": ("convtranspose", "ConvTranspose", [r(2, 4, 4, 5), r(4, 3, 3, 3), r(6)],
-                                         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
-                                          "group": 2, "_act": ("Tanh", {})}),
-    "gemm_transb_bias": ("gemm", "Gemm", [r(3, 37), r(11, 37), r(11)], {"transB": 1}),
-    "gemm_alpha_beta_hardsigmoid": ("gemm", "Gemm", [r(5, 6), r(6, 9), r(9)],
-                                    {"alpha": 0.5, "beta": 2.0, "_act": ("HardSigmoid", {"alpha": 0.3, "beta": 0.4})}),
-    "matmul_const_b_rank3": ("matmul", "MatMul", [r(2, 5, 7), r(7, 6)], {}),
-    "matmul_runtime_batched": ("matmul", "MatMul", [r(3, 5, 7), r(3, 7, 9)], {}, ()),
-    "add_broadcast_channels": ("binary", "Add", [r(2, 5, 4, 3), r(1, 5, 1, 1)], {}, ()),
-    "mul_se_scale": ("binary", "Mul", [r(1, 7, 6, 5), r(1, 7, 1, 1)], {}, ()),
-    "sub_const_rhs": ("binary", "Sub", [r(1, 3, 4, 4), r(4)], {}, (1,)),
-    "div_rank2": ("binary", "Div", [r(3, 10), r(3, 10, lo=0.5, hi=2.0)], {}, ()),
-    "relu": ("unary", "Relu", [r(1, 6, 5, 3)], {}, ()),
-    "sigmoid_large": ("unary", "Sigmoid", [r(1, 5, 3, 3, lo=-60, hi=60)], {}, ()),
-    "hardswish": ("unary", "HardSwish", [r(2, 3, 5, 7, lo=-5, hi=5)], {}, ()),
-    "leakyrelu": ("unary", "LeakyRelu", [r(1, 9, 2, 2)], {"alpha": 0.2}, ()),
-    "maxpool_2x2": ("pool", "MaxPool", [r(1, 5, 9, 7)], {"kernel_shape": [2, 2], "strides": [2, 2]}, ()),
-    "avgpool_3x3_pad": ("pool", "AveragePool", [r(2, 3, 7, 6)],
-                        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, ()),
-    "globalavgpool": ("globalpool", "GlobalAveragePool", [r(2, 7, 9, 5)], {}, ()),
-    "globalmaxpool": ("globalpool", "GlobalMaxPool", [r(1, 6, 3, 3)], {}, ()),
-    "resize_linear_half_pixel": ("resize", "Resize", [r(1, 5, 5, 7), None, np.array([1, 1, 2, 2], np.float32)],
-                                 {"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, (2,)),
-    "resize_nearest_asymmetric_x3": ("resize", "Resize", [r(1, 3, 4, 3), None, np.array([1, 1, 3, 3], np.float32)],
-                                     {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-                                      "nearest_mode": "floor"}, (2,)),
-    "concat_channels_unaligned": ("concat", "Concat", [r(1, 3, 4, 5), r(1, 6, 4, 5), r(1, 1, 4, 5)], {"axis": 1}, ()),
-    "concat_height": ("concat", "Concat", [r(2, 5, 3, 4), r(2, 5, 2, 4)], {"axis": 2}, ()),
-    "softmax_rank2": ("softmax", "Softmax", [r(3, 11, lo=-5, hi=5)], {"axis": -1}, ()),
-    "pad_reflect": ("pad", "Pad", [r(1, 5, 4, 6), np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)],
-                    {"mode": "reflect"}, (1,)),
-    "pad_constant_value": ("pad", "Pad", [r(1, 3, 3, 3), np.array([0, 0, 2, 0, 0, 0, 0, 3], np.int64),
-                                          np.array(0.75, np.float32)], {}, (1, 2)),
-    "transpose_nchw_nhwc": ("layout", "Transpose", [r(2, 5, 3, 4)], {"perm": [0, 2, 3, 1]}, ()),
-    "reshape_4d_to_2d": ("layout", "Reshape", [r(2, 6, 2, 3), np.array([2, -1], np.int64)], {}, (1,)),
-    "flatten_nc11": ("layout", "Flatten", [r(2, 9, 1, 1)], {"axis": 1}, ()),
-}
-
-
-def _case(name: str):
-    entry = KERNEL_CASES[name]
-    kernel, op, inputs, attrs = entry[:4]
-    consts = entry[4] if len(entry) > 4 else (1, 2)
-    return kernel, op, inputs, attrs, consts
-
-
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("name", sorted(KERNEL_CASES))
-def test_kernel_against_fallback(name: str, precision: str) -> None:
-    kernel, op, inputs, attrs, consts = _case(name)
-    if precision == "fp16":  # both sides see the same (fp16-representable) data
-        inputs = [a.astype(np.float16).astype(np.float32) if a is not None and a.dtype == np.float32 else a
-                  for a in inputs]
-    graph, ref = vulkan.single_node_graph(op, inputs, attrs, consts)
-    assert vulkan.kernel_name(graph.nodes[0], graph) == kernel
-    path = vulkan.create(precision)
-    stats = RunStats()
-    feeds = {n: inputs[int(n[2:])] for n in graph.inputs}
-    copies = {k: v.copy() for k, v in feeds.items()}
-    got = vulkan.run_graph(path, graph, feeds, stats)  # output buffers start as NaN
-    for g, w in zip(got, ref):
-        assert g.shape == w.shape and g.dtype == np.float32
-        assert np.isfinite(g).all(), f"{name}: unwritten (poisoned) or non-finite elements"
-        err = rel_err(g, w)
-        assert err < TOL[precision], f"{name} {precision}: relative error {err:.3g}"
-    for k in feeds:
-        np.testing.assert_array_equal(feeds[k], copies[k])
-    assert stats.uploads == len(graph.inputs) and stats.downloads == len(graph.outputs)
-
-
-def test_outputs_are_poisoned_before_the_first_run() -> None:
-    _, op, inputs, attrs, consts = _case("conv3x3_pad_stride2_relu")
-    graph, _ = vulkan.single_node_graph(op, inputs, attrs, consts)
-    path = vulkan.create()
-    assert path.decline(graph.nodes[0], graph) is None
-    seg = path.compile(graph.nodes, graph, list(graph.inputs), list(graph.outputs))
-    try:
-        out = seg.compiled.tensors[seg.program.outputs[0].buffer]
-        assert np.isnan(np.asarray(out.data())).all()
-    finally:
-        seg.close()
-
-
+# ---- every kernel against fallback: tests/test_ops.py (KERNEL_CASES); poisoned outputs:
+# tests/test_segment_services.py ----------------------------------------------------------------------
 def test_declines_with_reasons() -> None:
     graph, _ = vulkan.single_node_graph("Resize", [r(1, 2, 5, 5), None, np.array([1, 1, 2, 2], np.float32)],
                                         {"mode": "cubic"}, (2,))
