@@ -182,7 +182,7 @@ CASES = [
 
 
 
-# ---- per-kernel cases (moved from test_path_gles31.py and test_path_vulkan.py) ------------------------
+# ---- per-kernel cases (moved from test_path_vulkan.py, test_path_gles31.py, test_path_gles3.py) ---------
 _rng = np.random.default_rng(20261121)
 
 
@@ -440,7 +440,101 @@ def _gles31_cases() -> list[Case]:
     return out
 
 
-KERNEL_CASES = VULKAN_CASES + _gles31_cases()
+def _gl3(id: str, op: str, runtime: dict[str, np.ndarray], consts: dict[str, Any] | None = None,
+         attrs: dict[str, Any] | None = None, order: list[str] | None = None, opset: int = 17,
+         precisions: tuple[str, ...] = ("fp32",)) -> Case:
+    consts = {k: np.asarray(v) for k, v in (consts or {}).items()}
+    return Case(id, op, attrs or {}, runtime, consts, tuple(order) if order else None, opset, paths=("gles3",),
+                precisions=precisions, metric="norm")
+
+
+def _gles3_cases() -> list[Case]:
+    out = []
+    for n, cin, h, w, cout, k, s, p, d, g in [  # (N, Cin, H, W, Cout, k, stride, pad, dilation, group)
+            (1, 3, 9, 7, 5, 3, 1, 1, 1, 1), (2, 6, 8, 8, 10, 3, 2, 1, 1, 1), (1, 5, 1, 1, 7, 1, 1, 0, 1, 1),
+            (1, 17, 6, 5, 33, 1, 1, 0, 1, 1), (1, 8, 11, 9, 12, 3, 1, 2, 2, 1), (1, 7, 10, 8, 3, 5, 2, 2, 1, 1),
+            (1, 12, 7, 9, 12, 3, 1, 1, 1, 12), (2, 10, 9, 6, 10, 3, 2, 1, 1, 10), (1, 8, 6, 6, 12, 3, 1, 1, 1, 4),
+            (1, 6, 5, 7, 9, 3, 1, 1, 1, 3), (1, 40, 5, 5, 70, 3, 1, 1, 1, 1)]:
+        attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p], "dilations": [d, d], "group": g}
+        out.append(_gl3(f"conv_{n}x{cin}x{h}x{w}_{cout}_k{k}s{s}p{p}d{d}g{g}", "Conv", {"x": _n(n, cin, h, w)},
+                        {"w": _n(cout, cin // g, k, k, scale=0.3), "b": _n(cout)}, attrs))
+    for act in [("Relu", {}), ("Clip", {"min": 0.0, "max": 6.0}), ("LeakyRelu", {"alpha": 0.1}),
+                ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}), ("HardSwish", {}), ("Sigmoid", {}), ("Tanh", {})]:
+        out.append(_gl3(f"conv_fused_{act[0]}", "Conv", {"x": _n(1, 5, 7, 6)}, {"w": _n(6, 5, 3, 3, scale=0.5)},
+                        {"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "_act": act}))
+    out.append(_gl3("conv_auto_pad_same_asymmetric_stride", "Conv", {"x": _n(1, 4, 9, 8)}, {"w": _n(6, 4, 3, 2)},
+                    {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": "SAME_UPPER"}))
+    for n, cin, h, w, cout, k, s, p in [(1, 6, 5, 4, 3, 2, 2, 0), (1, 8, 4, 5, 5, 3, 2, 1), (2, 3, 3, 3, 4, 2, 2, 0),
+                                        (1, 5, 4, 4, 6, 3, 1, 1)]:
+        out.append(_gl3(f"convtranspose_{n}x{cin}x{h}x{w}_{cout}_k{k}s{s}p{p}", "ConvTranspose",
+                        {"x": _n(n, cin, h, w)}, {"w": _n(cin, cout, k, k), "b": _n(cout)},
+                        {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p]}))
+    out.append(_gl3("convtranspose_output_padding", "ConvTranspose", {"x": _n(1, 4, 5, 5)}, {"w": _n(4, 3, 3, 3)},
+                    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}))
+    for m, k, n in [(1, 10, 5), (3, 17, 9), (2, 64, 33)]:
+        out.append(_gl3(f"gemm_{m}x{k}x{n}", "Gemm", {"a": _n(m, k)}, {"b": _n(n, k), "c": _n(n)},
+                        {"transB": 1, "alpha": 0.5, "beta": 2.0}))
+        out.append(_gl3(f"matmul_{m}x{k}x{n}", "MatMul", {"a": _n(m, k)}, {"b": _n(k, n)}))
+    for op in ["Add", "Sub", "Mul", "Div", "Max", "Min"]:
+        b = _n(2, 7, 5, 3)
+        if op == "Div":
+            b = np.abs(b) + 0.5
+        out.append(_gl3(f"binary_same_shape_{op}", op, {"a": _n(2, 7, 5, 3), "b": b}))
+    for bshape in [(1, 6, 1, 1), (1, 1, 5, 4), (1, 1, 1, 1), (1, 6, 5, 1), (2, 6, 5, 4)]:
+        tag = "x".join(map(str, bshape))
+        out.append(_gl3(f"binary_broadcast_mul_{tag}", "Mul", {"a": _n(1, 6, 5, 4), "b": _n(*bshape)}))
+        out.append(_gl3(f"binary_broadcast_sub_{tag}", "Sub", {"b": _n(*bshape), "a": _n(1, 6, 5, 4)}))
+    for bshape in [(6, 1, 1), (4,), (5, 1), (1, 1, 4)]:
+        out.append(_gl3(f"binary_lower_rank_const_{'x'.join(map(str, bshape))}", "Add", {"a": _n(1, 6, 5, 4)},
+                        {"b": _n(*bshape)}))
+    out.append(_gl3("binary_se_scale", "Mul", {"a": _n(2, 9, 4, 3), "s": _n(2, 9, 1, 1)}))
+    out.append(_gl3("binary_const_channels", "Add", {"a": _n(1, 9, 4, 3)}, {"c": _n(9, 1, 1)}))
+    out.append(_gl3("binary_scalar_const_first", "Sub", {"a": _n(1, 9, 4, 3)}, {"c": np.float32(0.25)},
+                    order=["c", "a"]))
+    out.append(_gl3("prelu_channel_slope", "PRelu", {"a": _n(1, 5, 4, 3)}, {"slope": _n(5, 1, 1)}))
+    for op, attrs in [("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("HardSwish", {}), ("HardSigmoid", {"alpha": 0.3}),
+                      ("LeakyRelu", {"alpha": 0.2}), ("Abs", {}), ("Neg", {}), ("Exp", {}), ("Floor", {}),
+                      ("Elu", {"alpha": 0.7}), ("Softplus", {}), ("Selu", {})]:
+        out.append(_gl3(f"unary_{op}", op, {"x": _n(1, 7, 5, 3, scale=2.0)}, attrs=attrs))
+    out.append(_gl3("clip_inputs_rank2", "Clip", {"x": _n(3, 9)}, {"lo": np.float32(-0.5), "hi": np.float32(0.7)}))
+    out.append(_gl3("sqrt_rank3", "Sqrt", {"x": np.abs(_n(2, 5, 3)) + 0.1}))
+    for i, (op, attrs) in enumerate([
+            ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+            ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+            ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+            ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+            ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+            ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+            ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"})]):
+        out.append(_gl3(f"pool{i}_{op}", op, {"x": _n(2, 6, 9, 7)}, attrs=attrs))
+    for op in ("GlobalAveragePool", "GlobalMaxPool"):
+        out.append(_gl3(f"globalpool_{op}", op, {"x": _n(2, 11, 7, 5)}))
+    out.append(_gl3("reducemean_hw_is_global_pool", "ReduceMean", {"x": _n(1, 6, 5, 4)},
+                    attrs={"axes": [2, 3], "keepdims": 1}, opset=13))
+    for mode, ct, scales in [("linear", "half_pixel", [1, 1, 2, 2]), ("linear", "align_corners", [1, 1, 2, 3]),
+                             ("linear", "pytorch_half_pixel", [1, 1, 0.5, 2]), ("linear", "asymmetric", [1, 1, 2, 2]),
+                             ("nearest", "asymmetric", [1, 1, 2, 2]), ("nearest", "half_pixel", [1, 1, 3, 2])]:
+        out.append(_gl3(f"resize_{mode}_{ct}", "Resize", {"x": _n(1, 5, 4, 6)},
+                        {"roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)},
+                        {"mode": mode, "coordinate_transformation_mode": ct}))
+    out.append(_gl3("resize_sizes", "Resize", {"x": _n(2, 3, 5, 4)}, {"sizes": np.array([2, 3, 9, 7], np.int64)},
+                    {"mode": "linear"}, order=["x", "", "", "sizes"]))
+    for chans in [(4, 8), (3, 6), (5, 2, 7), (1, 1)]:
+        out.append(_gl3(f"concat_{'_'.join(map(str, chans))}", "Concat",
+                        {f"x{i}": _n(2, c, 4, 3) for i, c in enumerate(chans)}, attrs={"axis": 1}))
+    for shape in [(2, 10), (1, 7, 3, 2), (3, 4)]:
+        out.append(_gl3(f"softmax_{'x'.join(map(str, shape))}", "Softmax", {"x": _n(*shape, scale=3.0)},
+                        attrs={"axis": 1}))
+    for mode in ("constant", "reflect", "edge"):
+        out.append(_gl3(f"pad_{mode}", "Pad", {"x": _n(1, 5, 4, 6)},
+                        {"pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "v": np.float32(0.5)}, {"mode": mode}))
+    out.append(_gl3("fp16_conv", "Conv", {"x": _n(1, 9, 6, 5)}, {"w": _n(13, 9, 3, 3, scale=0.3)},
+                    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, precisions=("fp16",)))
+    out.append(_gl3("fp16_add_channel", "Add", {"a": _n(1, 6, 5, 4), "b": _n(1, 6, 1, 1)}, precisions=("fp16",)))
+    return out
+
+
+KERNEL_CASES = VULKAN_CASES + _gles31_cases() + _gles3_cases()
 
 _PATHS: dict[tuple[str, str], Any] = {}
 _ZERO_COPY_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")  # may be a view
