@@ -134,6 +134,8 @@ def _reduce(node: Node, graph: Graph, precision: str) -> list[Record]:
     xs = ck._float_tensor(graph, x, MAX_RANK)
     rec = ops.require(node, graph, ops.ReduceRecord)
     if rec.noop:
+        if x in graph.constants:
+            raise Decline("identity of a constant (folded on the host)")
         return [ck.Alias(x, y, "reduce", node.name)]
     a = addresses(xs)
     base = a[tuple(0 if k in rec.axes else slice(None) for k in range(len(xs)))]
@@ -234,6 +236,8 @@ def _matmul4(node: Node, graph: Graph, precision: str) -> list[Record]:
 def _cast(node: Node, graph: Graph, precision: str) -> list[Record]:
     """Cast / CastLike from float32 to float32 (``generate`` declines other output types): a no-op."""
     x = node.inputs[0]
+    if x in graph.constants:
+        raise Decline("Cast of a constant (folded on the host)")
     ck._float_tensor(graph, x, MAX_RANK)
     return [ck.Alias(x, node.outputs[0], "layout", node.name)]
 
@@ -257,6 +261,8 @@ def _nary(node: Node, graph: Graph, precision: str) -> list[Record]:
     y = node.outputs[0]
     ys = ck._shape(graph, y)
     if len(names) == 1:
+        if names[0] in graph.constants:
+            raise Decline("one constant input (folded on the host)")
         if ck._float_tensor(graph, names[0]) != ys:
             raise Decline("one input of a different shape than the output")
         return [ck.Alias(names[0], y, "layout", node.name)]
