@@ -446,3 +446,17 @@ def test_pytest_entry_point_runs(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
+
+
+def test_full_runs_one_zoo_model_per_family_end_to_end() -> None:
+    """--full adds whole zoo models (tag "model"), run through a Session with fallback against onnxruntime."""
+    from gpubackend.conformance.cases import ZOO_FAMILIES
+
+    models = [c for c in all_cases(full=True, node_tests=False) if "model" in c.tags]
+    assert sorted(c.op for c in models) == sorted(ZOO_FAMILIES.values())
+    assert not any("model" in c.tags for c in all_cases(full=False, node_tests=False))
+    result = run_suite(["gles2"], ["fp32"], full=True, pattern="model/face/", node_tests=False)
+    (res,) = result.results
+    assert res.status == "passed", summary_table(result)
+    assert res.kernels == ["24/24 nodes on gles2"]
+    assert not result.failed_kernels().get("gles2")

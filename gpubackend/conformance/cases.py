@@ -45,7 +45,8 @@ class CaseData:
 class Case:
     """One conformance case. ``kernel`` is the kernel family it targets (the path's own kernel
     name is asked at run time); ``tags`` hold ``quick``, ``nonfinite``, ``limit`` (sizes near the
-    driver's limits), ``fused``, ``onnx``."""
+    driver's limits), ``fused``, ``onnx``, ``model`` (a whole zoo model, ``--full`` only: run through a
+    Session with fallback, so the nodes the path declines run on the CPU)."""
 
     name: str
     kernel: str
@@ -582,6 +583,34 @@ def _shared_program_cases(m: _Matrix) -> None:
                 quick=True)
 
 
+# One real model per family (tag "model", --full only): the whole model through a Session on the path,
+# nodes the path declines on the CPU, against onnxruntime on the zoo's realistic input (reduced size).
+ZOO_FAMILIES = {"ocr_detection": "ppocr_v4_det", "ocr_recognition": "ppocr_v6_rec", "ocr_direction": "ppocr_cls",
+                "object_detection": "yolov8n_nudenet", "classification": "mobilenetv3_orientation",
+                "face": "mtcnn_onet", "segmentation": "selfie_segmentation"}
+# max|got - ref| / max(1, max|ref|) over a whole model, as tests/test_zoo.py holds it
+MODEL_TOLERANCE = {"fp32": (0.0, 1e-4), "fp16": (0.0, 2e-2)}
+
+
+def _zoo_builder(model_name: str) -> Callable[[str], CaseData]:
+    def build(precision: str) -> CaseData:
+        from ..zoo import BY_NAME, fetch
+        from ..zoo.check import reference
+        from ..zoo.inputs import make_input
+
+        model = BY_NAME[model_name]
+        feeds = make_input(model, small=True)
+        return CaseData(onnx.load(str(fetch(model_name))), [(feeds, reference(model, feeds))],
+                        tolerance=MODEL_TOLERANCE[precision])
+
+    return build
+
+
+def _zoo_cases(m: _Matrix) -> None:
+    for family, name in ZOO_FAMILIES.items():
+        m.add_graph(f"{family}/{name}", "model", name, _zoo_builder(name), tags=("model",))
+
+
 def matrix(full: bool = False, limits: dict[str, Any] | None = None) -> list[Case]:
     """Every generated case (``full``: also the exhaustive combinations and the large sizes)."""
     m = _Matrix()
@@ -594,6 +623,7 @@ def matrix(full: bool = False, limits: dict[str, Any] | None = None) -> list[Cas
     _shared_program_cases(m)
     if full:
         _large_cases(m, limits or {})
+        _zoo_cases(m)
     return list(m.cases.values())
 
 

@@ -119,6 +119,8 @@ class SuiteResult:
         """Per path that ran: the kernels with at least one failing case (at any precision)."""
         out: dict[str, set[str]] = {t.path: set() for t in self.targets if t.status == "run"}
         for r in self.failures:
+            if "model" in r.tags:  # a whole model names no kernel to disable; its node cases do
+                continue
             out.setdefault(r.path, set()).update(r.kernels or [r.family])
         return {k: sorted(v) for k, v in out.items()}
 
@@ -220,6 +222,8 @@ def run_case(case: Case, path: Path, precision: str) -> CaseResult:
     except Exception as exc:  # noqa: BLE001 - a harness problem is reported, not hidden
         res.status, res.reason = "error", f"harness: could not build the case: {_short(exc)}"
         return res
+    if "model" in case.tags:
+        return _run_model_case(data, key, precision, res)
     graphs: dict[tuple, Graph] = {}
     merged = Metrics()
     for feeds, expected in data.runs:
@@ -270,6 +274,41 @@ def run_case(case: Case, path: Path, precision: str) -> CaseResult:
         res.run_ms += (t2 - t1) * 1e3
         got = [produced[o] if o in produced else graph.constants[o] for o in graph.outputs]
         merged = merged.merge(compare_all(got, expected, precision, data.tolerance, data.atol_mult))
+    res.metrics = merged
+    if not merged.passed:
+        res.status = "failed"
+        res.reason = merged.note or f"{merged.bad} of {merged.total} element(s) out of tolerance"
+    return res
+
+
+def _run_model_case(data: Any, key: str, precision: str, res: CaseResult) -> CaseResult:
+    """A whole model: a Session on the path with fallback, so the nodes the path declines run on the
+    CPU (the result names how many stayed on the path)."""
+    from ..session import Session
+
+    try:
+        t0 = time.perf_counter()
+        sess = Session(data.model, path=key, precision=precision, fallback=True)
+        res.compile_ms = (time.perf_counter() - t0) * 1e3
+    except PathUnavailableError as exc:
+        res.status, res.reason = "unsupported", _short(exc)
+        return res
+    except Exception as exc:  # noqa: BLE001 - reported, as for a node case
+        res.status, res.reason = "error", _short(exc)
+        return res
+    merged = Metrics()
+    with sess:
+        for feeds, expected in data.runs:
+            try:
+                t1 = time.perf_counter()
+                got = sess.run(feeds)
+                res.run_ms += (time.perf_counter() - t1) * 1e3
+            except Exception as exc:  # noqa: BLE001
+                res.status, res.reason = "error", _short(exc)
+                return res
+            merged = merged.merge(compare_all(got, expected, precision, data.tolerance, data.atol_mult))
+        on_path = sum(1 for p in sess.placement.values() if p == key)
+        res.kernels = [f"{on_path}/{len(sess.placement)} nodes on {key}"]
     res.metrics = merged
     if not merged.passed:
         res.status = "failed"
