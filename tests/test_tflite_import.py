@@ -14,7 +14,7 @@ import pytest
 import gpubackend
 from gpubackend.errors import ModelError
 from gpubackend.importers import is_tflite, tflite_to_onnx
-from gpubackend.importers.mediapipe_models import mediapipe_models
+from gpubackend.importers.mediapipe_models import interpreter_reference, mediapipe_models
 
 PATHS = ["cpu", "gles2", "gles3", "gles31", "vulkan"]
 TOL = 1e-4
@@ -40,21 +40,9 @@ def models() -> dict:
 
 
 def _reference(path) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
-    skimage_data = pytest.importorskip("skimage.data")
-    from skimage.transform import resize
-
-    it = litert.Interpreter(model_path=str(path))
-    it.allocate_tensors()
-    img = skimage_data.astronaut().astype(np.float32) / 255.0
-    feeds = {}
-    for d in it.get_input_details():
-        _, h, w, c = d["shape"]
-        x = np.ascontiguousarray(resize(img, (h, w), anti_aliasing=True)[None, :, :, :c].astype(np.float32))
-        it.set_tensor(d["index"], x)
-        feeds[d["name"]] = x
-    it.invoke()
-    return feeds, [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+    pytest.importorskip("ai_edge_litert.interpreter")
+    pytest.importorskip("skimage.data")
+    return interpreter_reference(path)
 
 
 _REFS: dict[str, tuple] = {}

@@ -14,6 +14,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import ModelError
 
 MEDIAPIPE_VERSION = "0.10.14"
@@ -46,3 +48,24 @@ def mediapipe_models(dest: Path | None = None) -> dict[str, Path]:
                         part.replace(target)
         done.write_text(MEDIAPIPE_VERSION + "\n")
     return {p.stem: p for p in sorted(root.glob("*.tflite"))}
+
+
+def interpreter_reference(model: Path) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """(feeds, outputs) of the official TFLite interpreter (``ai-edge-litert``) on ``model``, fed
+    scikit-image's astronaut photo resized to each NHWC input, RGB in [0, 1]: the reference the
+    MediaPipe table and tests compare with. Needs ai-edge-litert and scikit-image."""
+    from ai_edge_litert.interpreter import Interpreter
+    from skimage import data
+    from skimage.transform import resize
+
+    it = Interpreter(model_path=str(model))
+    it.allocate_tensors()
+    img = data.astronaut().astype(np.float32) / 255.0
+    feeds = {}
+    for d in it.get_input_details():
+        _, h, w, c = d["shape"]
+        x = np.ascontiguousarray(resize(img, (h, w), anti_aliasing=True)[None, :, :, :c].astype(np.float32))
+        it.set_tensor(d["index"], x)
+        feeds[d["name"]] = x
+    it.invoke()
+    return feeds, [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
