@@ -25,7 +25,9 @@ DEFAULT_TIMEOUT_S = 60.0
 RESULT_MARK = "@@GPUBACKEND_PROBE_RESULT@@ "
 CHILD_ENV = "GPUBACKEND_PROBE_CHILD"  # set in the probe's child: probe() there must not recurse
 
-_CANARIES: dict[str, list[str]] = {p: [f"gpubackend.paths.{p}:canary"] for p in GPU_PATH_KEYS}
+# A path module without ``canary_int8`` (no int8 kernels) skips that entry.
+_CANARIES: dict[str, list[str]] = {p: [f"gpubackend.paths.{p}:canary", f"gpubackend.paths.{p}:canary_int8"]
+                                   for p in GPU_PATH_KEYS}
 _DEFAULT_CANARIES = {p: list(v) for p, v in _CANARIES.items()}
 _memo: dict[str, ProbeReport] = {}
 _lock = threading.Lock()

@@ -36,6 +36,8 @@ class Graph:
     # declared input shapes, None for a symbolic dimension
     input_shapes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
     fused: dict[str, list[str]] = field(default_factory=dict)  # node name -> names folded into it
+    # folded constant -> ops.quant.DequantizedWeight: the constant was DequantizeLinear of integers
+    dequantized: dict[str, Any] = field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}

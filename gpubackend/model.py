@@ -488,6 +488,8 @@ def fold_constants(graph: Graph) -> bool:
         if value is None:
             kept.append(node)
             continue
+        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+            ops.quant.note_dequantized(graph, node, operands)
         for name, arr in zip(node.outputs, value):
             if name:
                 graph.constants[name] = np.asarray(arr)

@@ -8,6 +8,8 @@ these records instead of ``node.attrs``; ``fallback/`` keeps its own parsing as 
 
 from __future__ import annotations
 
+from . import quant
+from .quant import DequantizedWeight, QuantRecord
 from .records import (
     Activation,
     AxisRecord,
@@ -36,7 +38,8 @@ from .records import (
     validate,
 )
 
-__all__ = ["Activation", "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
+__all__ = ["Activation", "DequantizedWeight", "QuantRecord", "quant",
+           "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
            "GemmRecord", "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record",
            "ReduceRecord", "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord",
            "activation", "lower", "node_signature", "require", "validate"]

@@ -27,6 +27,7 @@ from fallback.resize import axis_taps
 
 from ..errors import ModelError
 from ..graph import Graph, Node, Shape
+from . import quant
 
 INT32_MAX = 2**31 - 1  # every path passes geometry to shaders as 32-bit ints
 
@@ -422,7 +423,7 @@ class NormRecord:
 
 Record = (ConvRecord | PoolRecord | GlobalPoolRecord | GemmRecord | MatMulRecord | ResizeRecord | PadRecord
           | AxisRecord | ReduceRecord | TransposeRecord | SliceRecord | SplitRecord | GatherRecord | ReshapeRecord
-          | CastRecord | DepthSpaceRecord | NormRecord)
+          | CastRecord | DepthSpaceRecord | NormRecord | quant.QuantRecord)
 
 
 # ---- lowering ------------------------------------------------------------------------------------
@@ -893,6 +894,7 @@ _LOWER = {
     "Cast": _cast,
     "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space,
     "BatchNormalization": _norm, "InstanceNormalization": _norm, "LayerNormalization": _norm,
+    "QuantizeLinear": quant.lower_qdq, "DequantizeLinear": quant.lower_qdq,
 }
 
 # id(node) -> {(attributes, opset, shapes, constant identities): record or reason}; a node's entries

@@ -137,13 +137,19 @@ def pack(x: np.ndarray, dtype: type = np.float32) -> np.ndarray:
     return np.ascontiguousarray(moved).reshape(-1, 4)
 
 
-def unpack(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Inverse of :func:`pack` (``data`` float32 or float16, any shape with the right size)."""
+def unpack(data: np.ndarray, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """Inverse of :func:`pack` (``data`` float32 or float16, any shape with the right size), as
+    ``dtype``: an integer tensor travels as floats holding its exact values."""
     s4, pa = view4(shape)
     c = s4[pa]
     outer = [d for k, d in enumerate(s4) if k != pa]
     arr = np.asarray(data).reshape(*outer, -1)[..., :c].astype(np.float32, copy=False)
-    return np.ascontiguousarray(np.moveaxis(arr, -1, pa)).reshape(shape)
+    return np.ascontiguousarray(np.moveaxis(arr, -1, pa)).reshape(shape).astype(dtype, copy=False)
+
+
+def tensor_dtype(graph: Graph, name: str) -> np.dtype:
+    """The type a tensor has outside the device (float32 unless the graph says otherwise)."""
+    return np.dtype(graph.dtypes.get(name, np.float32))
 
 
 def as_storage(packed: np.ndarray, precision: str) -> np.ndarray:
@@ -810,6 +816,8 @@ def _check(node: Node, graph: Graph) -> str | None:
     for o in node.outputs[:1]:
         if o:
             _shape(graph, o)  # declines a shape not known statically
+    if node.op_type in compute_quant.INTEGER_OUTPUT_OPS:
+        return None  # integer tensors travel as floats holding their values (compute_quant)
     return non_float32(graph, node.outputs[:1], "compute kernels handle float32 tensors only")
 
 
@@ -858,7 +866,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
-    return out + compute_ops.variants()
+    return out + compute_ops.variants() + compute_quant.variants(PRECISIONS, fused)
 
 
 __all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats", "generate",
@@ -866,5 +874,6 @@ __all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_st
            "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variants",
            "vec4_count", "view4"]
 
-# More generators (index-map layout ops, reductions, normalisations, ...) register themselves here.
-from . import compute_ops  # noqa: E402
+# More generators (index-map layout ops, reductions, normalisations, ...) register themselves here;
+# so do the quantized (int8-weight, Quantize/DequantizeLinear) candidates of compute_quant.
+from . import compute_ops, compute_quant  # noqa: E402

@@ -27,8 +27,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };  // weights stay fp32 (no unpack cost)
-layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+#include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
 void main() {
@@ -41,7 +40,7 @@ void main() {
     int co4_0 = int(gl_WorkGroupID.y) * CB;
     vec4 acc[BX * CB];
     for (int c = 0; c < CB; c++) {
-        vec4 b = bias[min(co4_0 + c, p.co4 - 1)];
+        vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
         for (int i = 0; i < BX; i++) acc[c * BX + i] = b;
     }
     int wstride = p.kh * p.kw * p.ci4 * 4;  // one co4 block of weights
@@ -63,7 +62,7 @@ void main() {
                 for (int i = 0; i < BX; i++) xv[i] = ok[i] ? LD(x, ix[i] + c4) : vec4(0.0);
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
-                    vec4 w0 = w[wi], w1 = w[wi + 1], w2 = w[wi + 2], w3 = w[wi + 3];
+                    vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
                     for (int i = 0; i < BX; i++)
                         acc[c * BX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
                 }
@@ -74,7 +73,7 @@ void main() {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
         for (int i = 0; i < BX; i++) {
-            if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(acc[c * BX + i]), co4, p.co));
+            if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(ACC_DONE(acc[c * BX + i], co4)), co4, p.co));
         }
     }
 }

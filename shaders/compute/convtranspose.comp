@@ -20,8 +20,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };  // weights stay fp32 (no unpack cost)
-layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+#include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
 void main() {
@@ -32,7 +31,7 @@ void main() {
     int n = int(gl_WorkGroupID.z);
     int co4_0 = int(gl_WorkGroupID.y) * CB;
     vec4 acc[CB];
-    for (int c = 0; c < CB; c++) acc[c] = bias[min(co4_0 + c, p.co4 - 1)];
+    for (int c = 0; c < CB; c++) acc[c] = ACC_INIT(min(co4_0 + c, p.co4 - 1));
     int wstride = p.kh * p.kw * p.ci4 * 4;
     // Only taps with (o + pad - k * dilation) divisible by the stride contribute; with dilation 1
     // they are every stride-th tap from the first one, so the loops visit just those.
@@ -54,7 +53,7 @@ void main() {
                 vec4 xv = LD(x, xi + c4);
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
-                    acc[c] += xv.x * w[wi] + xv.y * w[wi + 1] + xv.z * w[wi + 2] + xv.w * w[wi + 3];
+                    acc[c] += xv.x * WLOAD(wi) + xv.y * WLOAD(wi + 1) + xv.z * WLOAD(wi + 2) + xv.w * WLOAD(wi + 3);
                 }
             }
         }
@@ -62,6 +61,6 @@ void main() {
     for (int c = 0; c < CB; c++) {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
-        ST(y, ((n * p.oh + oy) * p.ow + ox) * p.oc4s + p.oc4o + co4, tail_zero(activate(acc[c]), co4, p.co));
+        ST(y, ((n * p.oh + oy) * p.ow + ox) * p.oc4s + p.oc4o + co4, tail_zero(activate(ACC_DONE(acc[c], co4)), co4, p.co));
     }
 }

@@ -20,8 +20,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };  // weights stay fp32 (no unpack cost)
-layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+#include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
 #ifdef K3S
@@ -37,7 +36,7 @@ void main() {
     int n = int(gl_WorkGroupID.z);
     int c4 = int(gl_WorkGroupID.y);
     vec4 acc[BX];
-    vec4 b = bias[c4];
+    vec4 b = ACC_INIT(c4);
     for (int i = 0; i < BX; i++) acc[i] = b;
     int ixb = ox0 * K3S - p.pl;
     for (int ky = 0; ky < 3; ky++) {
@@ -50,12 +49,12 @@ void main() {
             strip[j] = (xx >= 0 && xx < p.iw) ? LD(x, (row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4) : vec4(0.0);
         }
         int wi = (c4 * 3 + ky) * 3;
-        vec4 w0 = w[wi], w1 = w[wi + 1], w2 = w[wi + 2];
+        vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2);
         for (int i = 0; i < BX; i++)
             acc[i] += strip[i * K3S] * w0 + strip[i * K3S + 1] * w1 + strip[i * K3S + 2] * w2;
     }
     for (int i = 0; i < BX; i++) {
-        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(activate(acc[i]), c4, p.c));
+        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(activate(ACC_DONE(acc[i], c4)), c4, p.c));
     }
 }
 #else
@@ -68,14 +67,14 @@ void main() {
     int n = int(gl_WorkGroupID.z);
     int c4 = int(gl_WorkGroupID.y);
     vec4 acc[BX];
-    vec4 b = bias[c4];
+    vec4 b = ACC_INIT(c4);
     for (int i = 0; i < BX; i++) acc[i] = b;
     for (int ky = 0; ky < p.kh; ky++) {
         int iy = oy * p.sh - p.pt + ky * p.dh;
         if (iy < 0 || iy >= p.ih) continue;
         int row = (n * p.ih + iy) * p.iw;
         for (int kx = 0; kx < p.kw; kx++) {
-            vec4 wv = w[(c4 * p.kh + ky) * p.kw + kx];
+            vec4 wv = WLOAD((c4 * p.kh + ky) * p.kw + kx);
             for (int i = 0; i < BX; i++) {
                 int xx = (ox0 + i) * p.sw - p.pl + kx * p.dw;
                 bool ok = xx >= 0 && xx < p.iw;
@@ -85,7 +84,7 @@ void main() {
         }
     }
     for (int i = 0; i < BX; i++) {
-        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(activate(acc[i]), c4, p.c));
+        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(activate(ACC_DONE(acc[i], c4)), c4, p.c));
     }
 }
 #endif

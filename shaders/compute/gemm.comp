@@ -21,8 +21,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };  // weights stay fp32 (no unpack cost)
-layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+#include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
 void main() {
@@ -32,7 +31,7 @@ void main() {
     int co4_0 = cb * CB;
     vec4 acc[PX * CB];
     for (int c = 0; c < CB; c++) {
-        vec4 b = bias[min(co4_0 + c, p.co4 - 1)];
+        vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
         for (int i = 0; i < PX; i++) acc[c * PX + i] = b;
     }
     int xr[PX];
@@ -43,7 +42,7 @@ void main() {
         for (int i = 0; i < PX; i++) xv[i] = LD(x, xr[i] + c4);
         for (int c = 0; c < CB; c++) {
             int wi = (co4_0 + c) * wstride + c4 * 4;
-            vec4 w0 = w[wi], w1 = w[wi + 1], w2 = w[wi + 2], w3 = w[wi + 3];
+            vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
             for (int i = 0; i < PX; i++)
                 acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
         }
@@ -52,7 +51,7 @@ void main() {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
         for (int i = 0; i < PX; i++) {
-            if (r0 + i < p.rows) ST(y, (r0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(acc[c * PX + i]), co4, p.co));
+            if (r0 + i < p.rows) ST(y, (r0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));
         }
     }
 }

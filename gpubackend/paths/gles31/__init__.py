@@ -157,6 +157,7 @@ class Gles31Segment(Segment):
         self.device = device
         self.gl = programs.gl
         self.shapes = {n: tuple(graph.shape(n) or ()) for n in set(inputs) | set(outputs)}
+        self.dtypes = {n: ck.tensor_dtype(graph, n) for n in outputs}
         self._owned: list[Any] = []
         t0 = time.perf_counter()
         self._build(graph, records, programs, poison)
@@ -289,7 +290,7 @@ class Gles31Segment(Segment):
         dtype = np.float16 if self.precision == "fp16" else np.float32
         raw = self.device.readback(np.frombuffer(self._output_buffers[name].read(size=nbytes), dtype))
         stats.download(nbytes)
-        return ck.unpack(raw, shape)
+        return ck.unpack(raw, shape, self.dtypes.get(name, np.float32))
 
     def _dispatch(self, d: _Dispatch, stats: RunStats) -> None:
         g = self.gl
@@ -404,4 +405,12 @@ def canary(precision: str = "fp32") -> float:
     return worst
 
 
-__all__ = ["Gles31Path", "Gles31Segment", "ProgramCache", "canary", "create", "kernel_name", "run_nodes"]
+def canary_int8(precision: str = "fp32") -> float:
+    """The int8 kernels (packed int8 weights, Quantize/DequantizeLinear) against ``fallback``."""
+    from .. import compute_quant
+
+    return compute_quant.canary(lambda nodes, graph, feeds, prec: run_nodes(nodes, graph, feeds, prec)[0], precision)
+
+
+__all__ = ["Gles31Path", "Gles31Segment", "ProgramCache", "canary", "canary_int8", "create", "kernel_name",
+           "run_nodes"]

@@ -180,9 +180,10 @@ class VulkanSegment(Segment):
         prog.inputs = edges
         for name in self.outputs:
             shape = self.shapes[name]
+            out_dtype = ck.tensor_dtype(graph, name)
 
-            def from_words(w: np.ndarray, shape: tuple[int, ...] = shape) -> np.ndarray:
-                return ck.unpack(w.view(np.float16) if fp16 else w, shape)
+            def from_words(w: np.ndarray, shape: tuple[int, ...] = shape, dtype: np.dtype = out_dtype) -> np.ndarray:
+                return ck.unpack(w.view(np.float16) if fp16 else w, shape, dtype)
 
             prog.outputs.append(Edge(name, buf(name), from_words=from_words))
         return prog
@@ -329,4 +330,20 @@ def canary(precision: str = "fp32") -> float:
     return worst
 
 
-__all__ = ["VulkanPath", "VulkanSegment", "canary", "create", "kernel_name", "run_graph", "single_node_graph"]
+def canary_int8(precision: str = "fp32") -> float:
+    """The int8 kernels (packed int8 weights, Quantize/DequantizeLinear) against ``fallback``."""
+    from .. import compute_quant
+
+    path = create(precision)
+
+    def run(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], prec: str) -> dict[str, np.ndarray]:
+        return dict(zip(graph.outputs, run_graph(path, graph, feeds)))
+
+    try:
+        return compute_quant.canary(run, precision)
+    finally:
+        path.close()
+
+
+__all__ = ["VulkanPath", "VulkanSegment", "canary", "canary_int8", "create", "kernel_name", "run_graph",
+           "single_node_graph"]

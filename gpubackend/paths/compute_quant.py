@@ -1,0 +1,216 @@
+"""Quantized (QDQ) kernels of the ``gles31`` and ``vulkan`` compute paths, registered into
+:data:`compute_kernels.REGISTRY`.
+
+- ``conv_q8``, ``conv1x1_q8``, ``depthwise_q8``, ``convtranspose_q8``, ``gemm_q8``, ``matmul_q8``:
+  the float kernels' candidates for a node whose weight is a folded DequantizeLinear of 8-bit
+  integers (``graph.dequantized``), with the weights kept as signed 8-bit integers packed four to
+  a 32-bit word (a quarter of the float weights' bytes) and the per-output-channel scale applied
+  to the fp32 accumulator (``QW`` in ``shaders/compute/weights.glsl``). They are tried before the
+  float candidates; a weight that is not exactly ``q * scale[output channel]`` with ``q`` in
+  [-128, 127] (e.g. uint8 weights with a zero point other than 128) declines to the float kernel.
+- ``quantize`` / ``dequantize``: QuantizeLinear and DequantizeLinear on activations
+  (``shaders/compute/quantize.comp``). Integer activations travel on the device as floats holding
+  the integer values (exact); segment edges convert to and from the graph's integer type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from .. import ops
+from ..graph import Graph, Node
+from . import compute_kernels as ck
+
+Decline = ck.Decline
+
+# op -> candidates tried before the float ones: (kernel name, float kernel name it replaces)
+_WEIGHT_KERNELS = {
+    "Conv": [("conv1x1_q8", "conv1x1"), ("depthwise_q8", "depthwise"), ("conv_q8", "conv")],
+    "ConvTranspose": [("convtranspose_q8", "convtranspose")],
+    "Gemm": [("gemm_q8", "gemm")],
+    "MatMul": [("matmul_q8", "matmul")],
+}
+INTEGER_OUTPUT_OPS = frozenset({"QuantizeLinear"})
+
+
+def pack_int8_words(q: np.ndarray) -> np.ndarray:
+    """Integers in [-128, 127] of shape (n, 4) (one float weight vector each) as n little-endian
+    words (lane k in byte k), padded to a multiple of 4 words and viewed as float32 (n4, 4): the
+    shape every constant binding has; the bytes are what the shader reads as ``uint``."""
+    words = np.ascontiguousarray(q.astype(np.int8)).view(np.uint32).reshape(-1)
+    words = np.concatenate([words, np.zeros((-words.size) % 4, np.uint32)])
+    return words.view(np.float32).reshape(-1, 4)
+
+
+def unpack_int8_words(data: np.ndarray, n: int) -> np.ndarray:
+    """Inverse of :func:`pack_int8_words`: the first ``n`` weight vectors as int8 (n, 4)."""
+    return np.ascontiguousarray(data).view(np.uint32).reshape(-1)[:n].view(np.int8).reshape(n, 4)
+
+
+def _quantize_weights(k: ck.Kernel, scale: np.ndarray, name: str) -> ck.Kernel:
+    """The int8-weight version of a float record whose binding 1 holds the weights as (rows, 4)
+    vectors of 4 output channels grouped per output block, and binding 2 the bias per block."""
+    w, b = k.bindings[1], k.bindings[2]
+    if w.role != "const" or b.role != "const" or w.data is None or b.data is None:
+        raise Decline("runtime weights")
+    co4p = b.data.shape[0]
+    rows = w.data.shape[0]
+    if rows % co4p:
+        raise Decline("weight layout not grouped per output block")
+    lane_scale = np.zeros(co4p * 4, np.float32)
+    lane_scale[:scale.size] = scale
+    lane_scale = lane_scale.reshape(co4p, 4)
+    per_row = np.repeat(lane_scale, rows // co4p, axis=0)
+    divisor = np.where(per_row == 0, np.float32(1), per_row)
+    q = np.rint(w.data / divisor)
+    if np.any(q < -128) or np.any(q > 127) or not np.array_equal(q.astype(np.float32) * per_row, w.data):
+        raise Decline("the weights are not int8 multiples of one scale per output channel")
+    bias_scale = np.stack([b.data, lane_scale], axis=1).reshape(-1, 4)
+    bindings = (k.bindings[0], ck.Binding("const", w.name, pack_int8_words(q), True),
+                ck.Binding("const", b.name, bias_scale, True)) + k.bindings[3:]
+    return replace(k, kernel=name, defines=tuple(sorted(k.defines + (("QW", 1),))), bindings=bindings)
+
+
+def _weight_candidate(name: str, float_gen: ck.Generator) -> ck.Generator:
+    def gen(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
+        if node.op_type in ("Conv", "ConvTranspose"):
+            rec = ops.require(node, graph, ops.ConvRecord)
+            co, group = rec.out_channels, rec.group
+        else:
+            bshape = graph.shape(node.inputs[1]) if len(node.inputs) > 1 else None
+            if bshape is None or len(bshape) != 2:
+                raise Decline("the weight must be a rank-2 constant")
+            trans = node.op_type == "Gemm" and ops.require(node, graph, ops.GemmRecord).trans_b
+            co, group = int(bshape[0] if trans else bshape[1]), 1
+        scale = ops.quant.output_channel_scale(node, graph, co, group)
+        if isinstance(scale, str):
+            raise Decline(scale)
+        records = float_gen(node, graph, precision)
+        if len(records) != 1 or not isinstance(records[0], ck.Kernel) or records[0].shader == "compute/matmul.comp":
+            raise Decline("no single weight kernel")
+        return [_quantize_weights(records[0], scale, name)]
+
+    return gen
+
+
+# ---- QuantizeLinear / DequantizeLinear ---------------------------------------------------------
+def _qdq(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
+    rec = ops.require(node, graph, ops.QuantRecord)
+    x, y = node.inputs[0], node.outputs[0]
+    if x in graph.constants:
+        raise Decline("a constant (folded on the host)")
+    if precision == "fp16" and rec.int_type.itemsize > 1:
+        raise Decline(f"{rec.int_type} values are not exact in fp16 storage")
+    xs = ck._shape(graph, x)
+    _, pa = ck.view4(xs)
+    if rec.axis is not None and rec.axis + 4 - len(xs) != pa:
+        raise Decline(f"per-axis quantization along axis {rec.axis} (only the packed axis is supported)")
+    if rec.quantize:
+        dt = graph.dtypes.get(x, np.dtype(np.float32))
+        if np.dtype(dt) != np.float32:
+            raise Decline(f"{x!r} is {np.dtype(dt)}")
+    c4s = ck.mem_dims(xs)[3]
+    n = len(rec.scale)
+    blocks = c4s if rec.axis is not None else 1
+    scale = np.ones(blocks * 4, np.float32)
+    zp = np.zeros(blocks * 4, np.float32)
+    scale[:n] = rec.scale
+    zp[:n] = rec.zero_point
+    if rec.axis is None:
+        scale[:], zp[:] = rec.scale[0], rec.zero_point[0]
+    qp = np.stack([scale.reshape(-1, 4), zp.reshape(-1, 4)], axis=1).reshape(-1, 4)
+    total = ck.vec4_count(xs)
+    groups, local = ck._grid_flat(total)
+    extra = {} if rec.quantize else {"DEQUANT": 1}
+    params = (("total", total), ("c4s", c4s), ("c", ck.mem_dims(xs)[4]), ("per_axis", int(rec.axis is not None)),
+              ("lo", float(rec.lo)), ("hi", float(rec.hi)))
+    return [ck.Kernel("quantize" if rec.quantize else "dequantize", "compute/quantize.comp",
+                      ck._variant(precision, **extra), params,
+                      (ck.Binding("in", x), ck.Binding("const", f"{node.name}/qp", qp, True), ck.Binding("out", y)),
+                      groups, local, node.name)]
+
+
+def register(registry: dict[str, list[tuple[str, ck.Generator]]]) -> None:
+    """Put the quantized candidates into the compute registry (before the float ones)."""
+    for op, names in _WEIGHT_KERNELS.items():
+        floats = dict(registry[op])
+        quantized = [(qname, _weight_candidate(qname, floats[fname])) for qname, fname in names]
+        registry[op] = quantized + [c for c in registry[op] if c[0] not in {q for q, _ in quantized}]
+    registry["QuantizeLinear"] = [("quantize", _qdq)]
+    registry["DequantizeLinear"] = [("dequantize", _qdq)]
+
+
+def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+    """The shader variants the quantized generators emit (precompiled SPIR-V)."""
+    out = []
+    for prec in precisions:
+        for act in act_codes:
+            out.append(("compute/conv.comp", ck._variant(prec, ACT=act, BX=ck.CONV_BX, CB=ck.CONV_CB, QW=1)))
+            out.append(("compute/gemm.comp", ck._variant(prec, ACT=act, PX=ck.GEMM_PX, CB=ck.GEMM_CB, QW=1)))
+            out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW_BX, QW=1)))
+            for stride in (1, 2):
+                out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW3_BX, K3S=stride, QW=1)))
+            out.append(("compute/convtranspose.comp", ck._variant(prec, ACT=act, CB=ck.CONVT_CB, QW=1)))
+        out.append(("compute/quantize.comp", ck._variant(prec)))
+        out.append(("compute/quantize.comp", ck._variant(prec, DEQUANT=1)))
+    return out
+
+
+def weight_bytes(records: list[ck.Record]) -> int:
+    """Bytes of constant buffers (weights, biases, scales) the records put on the device."""
+    return sum(b.data.nbytes for r in records if isinstance(r, ck.Kernel) for b in r.bindings
+               if b.role == "const" and b.data is not None)
+
+
+def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[str, np.ndarray]],
+           precision: str = "fp32") -> float:
+    """The int8 canary of a compute path: Quantize -> Dequantize -> Conv with int8 weights (3x3,
+    per-channel scales, extreme weights) -> Quantize, run by ``run(nodes, graph, feeds,
+    precision)``, against ``fallback``. Returns the conv's max relative error (the probe's
+    tolerance applies); raises if the quantized output is more than one step away or the conv did
+    not run with int8 weights."""
+    import fallback
+
+    from ..model import fold_constants
+
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 5, 7, 9)).astype(np.float32)
+    wq = rng.integers(-128, 128, (6, 5, 3, 3)).astype(np.int8)
+    wq[0, 0, 0, :3] = (-128, 127, -1)
+    consts = {"wq": wq, "ws": (rng.random(6).astype(np.float32) + 0.5) * 1e-3,
+              "b": rng.standard_normal(6).astype(np.float32), "xs": np.float32(0.02), "xz": np.int8(3),
+              "ys": np.float32(0.05), "yz": np.uint8(128)}
+    nodes = [
+        Node("q_x", "QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        Node("dq_x", "DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        Node("dq_w", "DequantizeLinear", ["wq", "ws"], ["w"], {"axis": 0}),
+        Node("conv", "Conv", ["xd", "w", "b"], ["c"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        Node("q_y", "QuantizeLinear", ["c", "ys", "yz"], ["y"]),
+    ]
+    shapes = {"x": x.shape, "xq": x.shape, "xd": x.shape, "c": (1, 6, 7, 9), "y": (1, 6, 7, 9)}
+    dtypes = {"xq": np.dtype(np.int8), "y": np.dtype(np.uint8)}
+    graph = Graph(list(nodes), ["x"], ["c", "y"], dict(consts), shapes=shapes, dtypes=dtypes, opset=19)
+    fold_constants(graph)  # folds dq_w, recording its scale
+    kernels = [got if isinstance(got, str) else got.kernel for got in (ck.generate(n, graph, precision)
+                                                                          for n in graph.nodes)]
+    if "conv_q8" not in kernels:
+        raise AssertionError(f"int8 canary: the conv ran as {kernels}, not conv_q8")
+    got = run(graph.nodes, graph, {"x": x}, precision)
+    env: dict[str, np.ndarray] = {"x": x, **consts}
+    for n in nodes:
+        env[n.outputs[0]] = fallback.run_node(n.op_type, [env[i] for i in n.inputs], n.attrs, 19)[0]
+    steps = float(np.max(np.abs(got["y"].astype(np.int32) - env["y"].astype(np.int32))))
+    if got["y"].dtype != np.uint8 or not steps <= 1:
+        raise AssertionError(f"int8 canary ({precision}): {steps} output steps from fallback, "
+                             f"dtype {got['y'].dtype}")
+    ref = env["c"]
+    return float(np.max(np.abs(got["c"] - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+
+
+register(ck.REGISTRY)
+
+__all__ = ["INTEGER_OUTPUT_OPS", "canary", "pack_int8_words", "register", "unpack_int8_words", "variants",
+           "weight_bytes"]
