@@ -658,6 +658,10 @@ class Session:
         lines.append("nodes per path: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
         lines.append(f"segments: {len(variant.plan.segments)} ("
                      + " -> ".join(f"{self._engine_label(k)}[{len(n)}]" for k, n in variant.plan.segments) + ")")
+        weights = [(seg.path, getattr(seg, "weight_bytes", None)) for seg in variant.segments]
+        if any(b is not None for _, b in weights):
+            lines.append("device weight bytes per segment: "
+                         + ", ".join(f"{key}={b}" for key, b in weights if b is not None))
         fell = [(n, r) for n, r in variant.plan.reasons.items() if variant.plan.placement.get(n) != self.path]
         if fell:
             lines.append(f"{len(fell)} node(s) not on {self.path}:")

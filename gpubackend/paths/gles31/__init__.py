@@ -229,11 +229,13 @@ class Gles31Segment(Segment):
                 buf.write(poison_words(nbytes, prec).tobytes())
         buffers: dict[str, Any] = {name: slot_bufs[slot] for name, slot in slot_of.items()}
         # Graph constants read as runtime tensors (e.g. a constant MatMul operand) are uploaded once.
+        self.weight_bytes = 0  # constants on the device (weights, biases, scales), for explain()
         for r in records:
             if isinstance(r, ck.Kernel):
                 for b in r.bindings:
                     if b.role == "in" and b.name in graph.constants and b.name not in buffers:
                         buffers[b.name] = self._alloc(0, ck.as_storage(ck.pack(graph.constants[b.name]), prec))
+                        self.weight_bytes += buffers[b.name].size
         self._input_buffers = {n: buffers[rt(n)] for n in self._plain_inputs}
         self.dispatches: list[_Dispatch] = []
         self.kernel_counts: dict[str, int] = {}
@@ -245,6 +247,7 @@ class Gles31Segment(Segment):
             for b in r.bindings:
                 if b.role == "const":
                     bound.append(self._alloc(0, ck.as_storage(b.data, "fp32" if b.fp32 else prec)))
+                    self.weight_bytes += bound[-1].size
                 elif b.transform is not None:
                     bound.append(transformed_buf[id(b)])
                 else:

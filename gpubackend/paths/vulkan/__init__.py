@@ -102,6 +102,9 @@ class VulkanSegment(Segment):
         self.program = self._lower(graph, records)
         self.compiled = Compiled(dev, self.program, record_once)
         self.dispatch_count = len(self.program.steps)
+        # constants on the device (weights, biases, scales), for explain()
+        self.weight_bytes = sum(b.data.nbytes for b in self.program.buffers.values()
+                                if b.kind == "const" and b.data is not None)
 
     # ---- records -> plain program ---------------------------------------------------------
     def _spec(self, name: str, shape: tuple[int, ...], kind: str, data: np.ndarray | None = None) -> BufferSpec:

