@@ -185,3 +185,11 @@ def test_int8_weights_take_a_quarter_of_the_float_bytes() -> None:
 def test_canary_int8(path: str) -> None:
     mod = __import__(f"gpubackend.paths.{path}", fromlist=["canary_int8"])
     assert mod.canary_int8("fp32") <= 1e-4
+
+
+def test_conformance_lists_int8_kernels_under_their_own_names() -> None:
+    from gpubackend.conformance.cases import matrix
+
+    kernels = {c.kernel for c in matrix()}
+    assert {"conv_q8", "conv1x1_q8", "depthwise_q8", "convtranspose_q8", "gemm_q8", "matmul_q8",
+            "quantize"} <= kernels

@@ -621,6 +621,9 @@ def matrix(full: bool = False, limits: dict[str, Any] | None = None) -> list[Cas
     _pool_cases(m, full)
     _tensor_cases(m, full)
     _shared_program_cases(m)
+    from . import quant_cases  # int8 layers under the int8 kernels' names (it builds on this module)
+
+    quant_cases.add(m, full)
     if full:
         _large_cases(m, limits or {})
         _zoo_cases(m)
