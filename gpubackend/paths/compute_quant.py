@@ -105,6 +105,8 @@ def _qdq(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
     if precision == "fp16" and rec.int_type.itemsize > 1:
         raise Decline(f"{rec.int_type} values are not exact in fp16 storage")
     xs = ck._shape(graph, x)
+    if len(xs) > 4 or not xs or 0 in xs:
+        raise Decline(f"shape {xs}: ranks 1 to 4, not empty")
     _, pa = ck.view4(xs)
     if rec.axis is not None and rec.axis + 4 - len(xs) != pa:
         raise Decline(f"per-axis quantization along axis {rec.axis} (only the packed axis is supported)")
