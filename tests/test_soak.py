@@ -79,6 +79,7 @@ def test_demo_memory_stays_flat(path: str, frames: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # 500 selfie frames on a software GPU driver: ~12 min on a loaded 2-core machine
 @pytest.mark.parametrize(("path", "frames"), [("cpu", 2000), *((p, 500) for p in GPU_PATHS)])
 def test_demo_soak(path: str, frames: int, tmp_path: Path) -> None:
     _check(path, frames, 20.0, tmp_path)
