@@ -143,8 +143,7 @@ CASES = [
     Case("transpose_nhwc", "Transpose", {"perm": [0, 2, 3, 1]}, {"x": (1, 5, 3, 2)}),
     # layout ops as index maps on gles31/vulkan (compute_ops): negative steps, rank 5, const indices
     Case("slice_steps_negative", "Slice", {}, {"x": (2, 5, 7, 6)},
-         {"starts": _i64(1, -1, 0), "ends": _i64(5, -8, 6), "axes": _i64(1, 3, 2), "steps": _i64(2, -2, 3)},
-         declines=frozenset({"gles2"})),
+         {"starts": _i64(1, -1, 0), "ends": _i64(5, -8, 6), "axes": _i64(1, 3, 2), "steps": _i64(2, -2, 3)}),
     Case("transpose_rank5", "Transpose", {"perm": [2, 0, 3, 1, 4]}, {"x": (1, 7, 3, 2, 5)},
          declines=frozenset({"gles2"})),
     Case("reshape_to_rank5", "Reshape", {}, {"x": (1, 6, 10)}, {"shape": _i64(1, 6, 2, 1, 5)}),
@@ -157,11 +156,9 @@ CASES = [
          declines=frozenset({"gles2"})),
     # standalone BatchNormalization (channel packed or not) and attention-style rank-4 MatMul
     Case("batchnorm_rank4", "BatchNormalization", {"epsilon": 1e-3}, {"x": (2, 5, 3, 4)},
-         {"scale": _w(5), "b": _w(5, seed=2), "mean": _w(5, seed=3), "var": np.abs(_w(5, seed=4)) + 0.5},
-         declines=frozenset({"gles2"})),
+         {"scale": _w(5), "b": _w(5, seed=2), "mean": _w(5, seed=3), "var": np.abs(_w(5, seed=4)) + 0.5}),
     Case("batchnorm_rank3", "BatchNormalization", {}, {"x": (2, 5, 7)},
-         {"scale": _w(5), "b": _w(5, seed=2), "mean": _w(5, seed=3), "var": np.abs(_w(5, seed=4)) + 0.5},
-         declines=frozenset({"gles2"})),
+         {"scale": _w(5), "b": _w(5, seed=2), "mean": _w(5, seed=3), "var": np.abs(_w(5, seed=4)) + 0.5}),
     Case("matmul_rank4_broadcast", "MatMul", {}, {"a": (1, 6, 5, 7), "b": (2, 1, 7, 3)}),
     Case("spacetodepth", "SpaceToDepth", {"blocksize": 2}, {"x": (1, 3, 4, 6)}, declines=frozenset({"gles2"})),
     # general index kernels on gles3 (index_ops): views, any-axis concat, normalisations, n-ary ops

@@ -21,6 +21,7 @@ from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, run_steps
+from . import slice_norm_kernels  # noqa: F401  (adds Slice, BatchNormalization to REGISTRY)
 from .kernels import REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
