@@ -22,17 +22,23 @@ def _layer_builder(name: str, op: str, attrs: dict[str, Any], x_shape: tuple[int
     def build(precision: str) -> CaseData:
         rng = np.random.default_rng(_seed(name))
         x = _round((rng.standard_normal(x_shape) * 2).astype(np.float32), precision)
-        wq = rng.integers(-128, 128, w_shape).astype(np.int8)
-        wq.reshape(-1)[:2] = (-128, 127)
+        # 7-bit weights (onnxruntime's reduce_range): the cpu path's onnxruntime u8s8 kernels
+        # saturate int16 pair sums on x86 without VNNI with full 8-bit weights
+        wq = rng.integers(-64, 64, w_shape).astype(np.int8)
+        wq.reshape(-1)[:2] = (-64, 63)
         n_scales = w_shape[w_axis]
         consts: dict[str, np.ndarray] = {
             "wq": wq, "ws": ((rng.random(n_scales) + 0.5) * 4e-3).astype(np.float32),
             "xs": np.float32(0.03), "xz": np.uint8(120), "ys": Y_SCALE, "yz": np.uint8(128)}
         inputs = ["xd", "w"]
-        if bias:
-            consts["b"] = (rng.standard_normal(co) * 0.2).astype(np.float32)
+        extra = []
+        if bias:  # int32, scale x_scale * w_scale, as onnxruntime's quantizer writes it
+            bscale = (consts["xs"] * np.broadcast_to(consts["ws"], (co,))).astype(np.float32)
+            consts["bq"] = np.rint(rng.standard_normal(co) * 0.2 / bscale).astype(np.int32)
+            consts["bs"] = bscale
+            extra.append(helper.make_node("DequantizeLinear", ["bq", "bs"], ["b"], name="dq_b", axis=0))
             inputs.append("b")
-        nodes = [
+        nodes = extra + [
             helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q_x"),
             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq_x"),
             helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], name="dq_w", axis=w_axis),
@@ -66,19 +72,22 @@ def add(m: _Matrix, full: bool) -> None:
     ]
     for kernel, op, name, attrs, x_shape, w_shape, w_axis, co, bias, quick in layers:
         full_name = f"{kernel}/{name}"
+        # not in --quick: the cpu path's onnxruntime engine is up to 30 output steps away from ONNX's
+        # exact result on the conv/gemm layers here (its int8 kernels; the numpy engine is exact),
+        # which the harness's cpu self-check would report as a failure
         m.add_graph(name, kernel, op, _layer_builder(full_name, op, attrs, x_shape, w_shape, w_axis, co, bias),
-                    quick=quick)
+                    quick=quick and op in ("MatMul",))
     for per_axis in (False, True):
         name = f"{'per_channel' if per_axis else 'per_tensor'}/2x6x5x4"
         m.add_graph(name, "quantize", "QuantizeLinear", _qdq_builder(f"quantize/{name}", per_axis), quick=True)
 
 
 def _qdq_builder(name: str, per_axis: bool) -> Callable[[str], CaseData]:
-    """QuantizeLinear -> DequantizeLinear on an activation, with NaN, infinities and exact ties."""
+    """QuantizeLinear -> DequantizeLinear on an activation, with infinities and exact ties."""
     def build(precision: str) -> CaseData:
         rng = np.random.default_rng(_seed(name))
         x = (rng.standard_normal((2, 6, 5, 4)) * 40).astype(np.float32)
-        x[0, 0, 0, :3] = (np.nan, np.inf, -np.inf)
+        x[0, 0, 0, :2] = (np.inf, -np.inf)  # NaN has no integer; onnxruntime and ONNX's reference differ
         x[0, 1, 0, :4] = (0.25, 0.75, -0.25, -0.75)
         x = _round(x, precision)
         scale = np.linspace(0.5, 1.5, 6).astype(np.float32) if per_axis else np.float32(0.5)
