@@ -154,3 +154,32 @@ def test_reduction_too_long_for_a_fragment_is_declined():
     sess = gpubackend.Session(model, path="gles3")  # with fallback: on the CPU, and right
     x = np.ones((1, 200000), np.float32)
     assert sess.run({"x": x})[0][0] == 200000
+
+
+def test_bool_and_index_results_leave_as_their_types():
+    """Comparisons (bool), Where on a bool condition and ArgMax/ArgMin (int64, ties and NaN as
+    numpy) in one gles3 segment: held as exact floats on the GPU, converted when they leave."""
+    x = np.random.default_rng(5).standard_normal((3, 4, 5)).astype(np.float32)
+    x[1, 2, 3] = np.nan
+    x[0, 0, 1] = x[0, 0, 3] = 9.0
+    nodes = [helper.make_node("Greater", ["x", "t"], ["g"]),
+             helper.make_node("Where", ["g", "x", "z"], ["w"]),
+             helper.make_node("ArgMax", ["w"], ["am"], axis=2, keepdims=0),
+             helper.make_node("ArgMin", ["x"], ["an"], axis=2, select_last_index=1),
+             helper.make_node("Equal", ["w", "x"], ["eq"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (3, 4, 5))],
+        [helper.make_tensor_value_info("am", TensorProto.INT64, None),
+         helper.make_tensor_value_info("an", TensorProto.INT64, None),
+         helper.make_tensor_value_info("eq", TensorProto.BOOL, None),
+         helper.make_tensor_value_info("g", TensorProto.BOOL, None)],
+        [numpy_helper.from_array(np.array([0.5, -0.5, 0.0, 1.0, 2.0], np.float32), "t"),
+         numpy_helper.from_array(np.zeros((4, 1), np.float32), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ref = gpubackend.Session(model, path="cpu", cpu_engine="numpy").run({"x": x})
+    sess = gpubackend.Session(model, path="gles3", fallback=False)
+    got = sess.run({"x": x})
+    assert "segments: 1" in sess.explain(), sess.explain()
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)

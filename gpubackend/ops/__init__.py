@@ -12,6 +12,7 @@ from . import quant
 from .quant import DequantizedWeight, QuantRecord
 from .records import (
     Activation,
+    ArgRecord,
     AxisRecord,
     CastRecord,
     ConvRecord,
@@ -39,7 +40,7 @@ from .records import (
 )
 
 __all__ = ["Activation", "DequantizedWeight", "QuantRecord", "quant",
-           "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
+           "ArgRecord", "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
            "GemmRecord", "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record",
            "ReduceRecord", "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord",
            "activation", "lower", "node_signature", "require", "validate"]

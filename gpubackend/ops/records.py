@@ -363,6 +363,16 @@ class ReduceRecord:
 
 
 @dataclass(frozen=True)
+class ArgRecord:
+    """ArgMax / ArgMin."""
+
+    op: str
+    axis: int  # normalised
+    keepdims: bool
+    select_last_index: bool
+
+
+@dataclass(frozen=True)
 class TransposeRecord:
     perm: tuple[int, ...]
 
@@ -422,8 +432,8 @@ class NormRecord:
 
 
 Record = (ConvRecord | PoolRecord | GlobalPoolRecord | GemmRecord | MatMulRecord | ResizeRecord | PadRecord
-          | AxisRecord | ReduceRecord | TransposeRecord | SliceRecord | SplitRecord | GatherRecord | ReshapeRecord
-          | CastRecord | DepthSpaceRecord | NormRecord | quant.QuantRecord)
+          | AxisRecord | ReduceRecord | ArgRecord | TransposeRecord | SliceRecord | SplitRecord | GatherRecord
+          | ReshapeRecord | CastRecord | DepthSpaceRecord | NormRecord | quant.QuantRecord)
 
 
 # ---- lowering ------------------------------------------------------------------------------------
@@ -729,6 +739,15 @@ def _reduce(node: Node, graph: Graph) -> ReduceRecord | str:
     return ReduceRecord(node.op_type, norm, keep, False)
 
 
+def _arg(node: Node, graph: Graph) -> ArgRecord | str:
+    at = _Attrs(node)
+    xs = _shape(graph, _input(node, 0))
+    if xs is None:
+        return "the input's shape is not known statically"
+    axis = _norm_axis(node, "axis", at.int("axis", 0), max(len(xs), 1))
+    return ArgRecord(node.op_type, axis, bool(at.int("keepdims", 1, 0, 1)), bool(at.int("select_last_index", 0, 0, 1)))
+
+
 def _transpose(node: Node, graph: Graph) -> TransposeRecord | str:
     at = _Attrs(node)
     xs = _shape(graph, _input(node, 0))
@@ -888,6 +907,7 @@ _LOWER = {
     "Concat": _axis, "Softmax": _axis, "LogSoftmax": _axis, "Hardmax": _axis, "Flatten": _axis,
     **{op: _reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+    "ArgMax": _arg, "ArgMin": _arg,
     "Transpose": _transpose,
     "Slice": _slice, "Split": _split, "Gather": _gather,
     "Squeeze": _reshape, "Unsqueeze": _reshape, "Reshape": _reshape,

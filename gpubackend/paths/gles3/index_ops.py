@@ -132,9 +132,10 @@ def _check_loops(passes: int, count: int) -> str | None:
 
 def index_kernel(name: str, node: Node, graph: Graph, lim: Limits, out_shape: tuple[int, ...],
                  reads: Sequence[tuple[str, str]], code: str, flops: int = 0,
-                 act: ops.Activation | None = None) -> Kernel | str:
+                 act: ops.Activation | None = None, flags: Sequence[str] = ()) -> Kernel | str:
     """The kernel drawing ``index.frag`` with ``code`` (which defines ``value_at``) over an output
-    of ``out_shape``; ``reads`` are the (prefix, tensor) it reads, runtime tensors or constants."""
+    of ``out_shape``; ``reads`` are the (prefix, tensor) it reads, runtime tensors or constants,
+    float32 except the prefixes in ``flags`` (bool tensors, held as 0.0 / 1.0)."""
     if math.prod(out_shape) == 0:
         return f"empty output {out_shape}"
     out = layout_of(out_shape, lim)
@@ -145,7 +146,7 @@ def index_kernel(name: str, node: Node, graph: Graph, lim: Limits, out_shape: tu
     consts: dict[str, tuple[np.ndarray, TexLayout]] = {}
     units = 0
     for prefix, tname in reads:
-        bad = _check_float(graph, [tname])
+        bad = _bool_check(graph, tname) if prefix in flags else _check_float(graph, [tname])
         if bad:
             return bad
         s = _shape(graph, tname)
@@ -169,6 +170,32 @@ def index_kernel(name: str, node: Node, graph: Graph, lim: Limits, out_shape: tu
     src = _source("index.frag", out, layouts, False, defines, decls)
     return Kernel(name, src, tensors, out, False, consts=consts, in_layouts=layouts,
                   flops=flops or math.prod(out_shape))
+
+
+def _dtype(graph: Graph, name: str) -> np.dtype | None:
+    dt = graph.constants[name].dtype if name in graph.constants else graph.dtypes.get(name)
+    return None if dt is None else np.dtype(dt)
+
+
+def _bool_check(graph: Graph, name: str) -> str | None:
+    dt = _dtype(graph, name)
+    return None if dt is None or dt == np.bool_ else f"tensor {name!r} is {dt}, expected bool"
+
+
+# Ops whose output is not float32: the texture holds it as exact small floats (0/1, indices) and
+# the segment converts it to the graph's type when it leaves the GPU.
+EXACT_OUTPUTS = {"ArgMax": np.int64, "ArgMin": np.int64, "Equal": np.bool_, "Greater": np.bool_, "Less": np.bool_,
+                 "GreaterOrEqual": np.bool_, "LessOrEqual": np.bool_}
+MAX_EXACT_INDEX = 2048  # fp16 textures hold integers exactly up to 2048
+
+
+def float_checked(node: Node) -> list[str]:
+    """The tensors of ``node`` that must be float32 for gles3 (kernels.build checks them)."""
+    if node.op_type in EXACT_OUTPUTS:
+        return node.inputs[:1]
+    if node.op_type == "Where":
+        return node.outputs[:1]
+    return node.inputs[:1] + node.outputs[:1]
 
 
 def _io(node: Node, graph: Graph) -> tuple[tuple[int, ...], tuple[int, ...]] | str:
@@ -479,6 +506,78 @@ def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
                         flops=math.prod(xs) * 3 * count)
 
 
+def arg(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    """ArgMax / ArgMin: the index of the first (last with select_last_index) extreme; a NaN
+    counts as the extreme, as numpy's argmax does."""
+    io = _io(node, graph)
+    if isinstance(io, str):
+        return io
+    xs, ys = io
+    rec = _record(node, graph, ops.ArgRecord)
+    if isinstance(rec, str):
+        return rec
+    if _dtype(graph, node.outputs[0]) != np.int64:
+        return "output is not int64"
+    count = xs[rec.axis] if xs else 1
+    if count > MAX_EXACT_INDEX:
+        return f"axis of {count} elements: indices past {MAX_EXACT_INDEX} are not exact in fp16 textures"
+    bad = _check_loops(1, count)
+    if bad:
+        return bad
+    base, off, _ = _reduce_maps(xs, [rec.axis], False)
+    better = ">" if rec.op == "ArgMax" else "<"
+    if rec.select_last_index:  # ties and NaNs: the last one
+        cond = f"is_nan(v) || (!is_nan(best) && v {better}= best)"
+    else:
+        cond = f"!is_nan(best) && (is_nan(v) || v {better} best)"
+    step = f"float v = X_at(b + off(j)); if ({cond}) {{ best = v; at = j; }}"
+    code = "\n".join([base, off, "float value_at(int l) {", "    int b = base(l);",
+                      "    float best = X_at(b);", "    int at = 0;", "    " + loop(count, step),
+                      "    return float(at);", "}"])
+    return index_kernel("argreduce", node, graph, lim, ys, [("X", node.inputs[0])], code)
+
+
+_COMPARE = {"Equal": "==", "Greater": ">", "Less": "<", "GreaterOrEqual": ">=", "LessOrEqual": "<="}
+
+
+def compare(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    """Comparisons of float tensors (broadcasting); the bool result is held as 0.0 / 1.0."""
+    ys = _shape(graph, node.outputs[0])
+    if ys is None or len(node.inputs) != 2:
+        return "shape not static"
+    maps = []
+    for i, name in enumerate(node.inputs):
+        s = _shape(graph, name)
+        if s is None:
+            return "shape not static"
+        digits = _broadcast_digits(s, ys)
+        if isinstance(digits, str):
+            return digits
+        maps.append(map_fn(f"src{i}", digits))
+    code = "\n".join([*maps, f"float value_at(int l) {{ return X0_at(src0(l)) {_COMPARE[node.op_type]} "
+                              "X1_at(src1(l)) ? 1.0 : 0.0; }"])
+    return index_kernel("compare", node, graph, lim, ys, [("X0", node.inputs[0]), ("X1", node.inputs[1])], code)
+
+
+def where(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+    ys = _shape(graph, node.outputs[0])
+    if ys is None or len(node.inputs) != 3:
+        return "shape not static"
+    maps = []
+    for i, name in enumerate(node.inputs):
+        s = _shape(graph, name)
+        if s is None:
+            return "shape not static"
+        digits = _broadcast_digits(s, ys)
+        if isinstance(digits, str):
+            return digits
+        maps.append(map_fn(f"src{i}", digits))
+    code = "\n".join([*maps, "float value_at(int l) { return X0_at(src0(l)) != 0.0 ? X1_at(src1(l)) : "
+                              "X2_at(src2(l)); }"])
+    reads = [("X0", node.inputs[0]), ("X1", node.inputs[1]), ("X2", node.inputs[2])]
+    return index_kernel("where", node, graph, lim, ys, reads, code, flags=("X0",))
+
+
 # ---- normalisations ------------------------------------------------------------------------------
 
 def _param(graph: Graph, node: Node, i: int, prefix: str, count: int, index: str) -> tuple[str, str] | str | None:
@@ -647,4 +746,7 @@ GENERATORS: dict[str, tuple[str, Callable[[Node, Graph, Limits], Kernel | list[K
     "LayerNormalization": ("layernorm", normalization),
     **{op: ("nary", nary) for op in _NARY},
     "MatMul": ("matmul_any", matmul),
+    "ArgMax": ("argreduce", arg), "ArgMin": ("argreduce", arg),
+    **{op: ("compare", compare) for op in _COMPARE},
+    "Where": ("where", where),
 }

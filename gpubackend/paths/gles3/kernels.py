@@ -727,7 +727,7 @@ def alias(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 def _check(node: Node, graph: Graph) -> str | None:
     if not node.inputs or not node.inputs[0]:
         return "no data input"
-    bad = _check_float(graph, node.inputs[:1] + node.outputs[:1])
+    bad = _check_float(graph, _float_checked(node))
     if bad:
         return bad
     if node.inputs[0] in graph.constants and node.op_type not in ("Concat", "Sum", "Mean", "Max", "Min",
@@ -793,6 +793,7 @@ def build(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
 # The general index kernels (Transpose, Slice, Split, Gather, Reduce*, normalisations, ...) are
 # candidates after the specialised ones; index_ops builds on this module, so it registers last.
 from .index_ops import GENERATORS as _INDEX_GENERATORS  # noqa: E402
+from .index_ops import float_checked as _float_checked  # noqa: E402
 
 for _op, (_name, _gen) in _INDEX_GENERATORS.items():
     REGISTRY.add(_op, _name, _gen)

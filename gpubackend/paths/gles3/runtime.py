@@ -55,6 +55,9 @@ class Gles3Segment(Segment):
         self.dtype = dtype  # "f4" or "f2"
         self.poison: float | None = None  # tests: fill each output with this before its draw
         self.shapes = {n: tuple(int(d) for d in graph.shape(n) or ()) for n in inputs + outputs}
+        # bool / int64 results (comparisons, ArgMax) travel as exact floats and leave as their type
+        self.out_types = {n: np.dtype(graph.dtypes[n]) for n in outputs
+                          if graph.dtypes.get(n) is not None and np.dtype(graph.dtypes[n]) != np.float32}
         self._owned: list[Storage] = []
         self._vaos: dict[int, Any] = {}
         self._consts: list[Storage] = []
@@ -199,7 +202,8 @@ class Gles3Segment(Segment):
             arr = self.dev.readback(np.frombuffer(raw, np.float32).reshape(lay.size[1], lay.size[0], 4))
             stats.download(arr.nbytes)
             planes.append(arr)
-        return unpack(planes, lay).reshape(self.shapes[name])
+        out = unpack(planes, lay).reshape(self.shapes[name])
+        return out.astype(self.out_types[name]) if name in self.out_types else out
 
     def _draw(self, step: Step, stats: RunStats) -> None:
         k, prog, out = step.kernel, step.program, step.out
