@@ -594,7 +594,7 @@ def _param(graph: Graph, node: Node, i: int, prefix: str, count: int, index: str
     return prefix, f"{prefix}_at({index if size > 1 else '0'})"
 
 
-def normalization(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+def normalization(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
     io = _io(node, graph)
     if isinstance(io, str):
         return io
@@ -642,14 +642,34 @@ def normalization(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
             reads.append((prefix, node.inputs[i]))
             affine.append(f"y = y {op} {p[1]};")
     read = "float v = X_at(b + off(j));"
-    code = "\n".join([base, off, "float value_at(int l) {", "    int b = base(l);",
-                      "    float mean = 0.0;", "    " + loop(count, f"{read} mean += v;"),
-                      f"    mean /= float({count});", "    float var = 0.0;",
-                      "    " + loop(count, f"{read} var += (v - mean) * (v - mean);"),
-                      f"    float y = (X_at(l) - mean) / sqrt(var / float({count}) + {eps});",
+    stats = ["    int b = base(l);", "    float mean = 0.0;", "    " + loop(count, f"{read} mean += v;"),
+             f"    mean /= float({count});", "    float var = 0.0;",
+             "    " + loop(count, f"{read} var += (v - mean) * (v - mean);"),
+             f"    float inv_std = 1.0 / sqrt(var / float({count}) + {eps});"]
+    code = "\n".join([base, off, "float value_at(int l) {", *stats, "    float y = (X_at(l) - mean) * inv_std;",
                       *(f"    {a}" for a in affine), "    return y;", "}"])
-    return index_kernel("layernorm" if rec.op == "LayerNormalization" else "instancenorm", node, graph, lim, ys,
-                        reads, code, flops=math.prod(xs) * 4 * count)
+    name = "layernorm" if rec.op == "LayerNormalization" else "instancenorm"
+    y = index_kernel(name, node, graph, lim, ys, reads, code, flops=math.prod(xs) * 4 * count)
+    if len([o for o in node.outputs if o]) == 1 or isinstance(y, str):
+        return y
+    if rec.op != "LayerNormalization":
+        return f"{rec.op} with more than one output"
+    # LayerNormalization's optional Mean and InvStdDev outputs: one kernel each, indexed by the
+    # kept axes (the normalised axes are 1 in their shapes)
+    kernels: list[Kernel] = [y]
+    stat_base, _, _ = _reduce_maps(xs, axes, False)
+    for i, result in ((1, "mean"), (2, "inv_std")):
+        if i >= len(node.outputs) or not node.outputs[i]:
+            continue
+        shape = _shape(graph, node.outputs[i])
+        if shape is None or _dtype(graph, node.outputs[i]) != np.float32:
+            return f"output {i} is not a static float32 tensor"
+        code = "\n".join([stat_base, off, "float value_at(int l) {", *stats, f"    return {result};", "}"])
+        k = index_kernel(name, node, graph, lim, shape, [("X", node.inputs[0])], code)
+        if isinstance(k, str):
+            return k
+        kernels.append(k)
+    return kernels
 
 
 # ---- n-ary elementwise and MatMul ----------------------------------------------------------------
