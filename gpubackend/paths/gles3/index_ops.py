@@ -416,10 +416,12 @@ def depth_space(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     else:
         if h % b or w % b or ys != (n, c * b * b, h // b, w // b):
             return f"output {ys} is not the SpaceToDepth of {xs}"
-        if rec.mode != "DCR":
-            return "SpaceToDepth mode CRD (opset 28)"
-        # output channel (i*b + j)*c + ci, pixel (y, x) <- input (ci, y*b + i, x*b + j)
-        digits = [(n, c * h * w), (b, w), (b, 1), (c, h * w), (h // b, b * w), (w // b, b)]
+        # output channel (i*b + j)*c + ci (DCR) or ci*b*b + i*b + j (CRD), pixel (y, x)
+        # <- input (ci, y*b + i, x*b + j)
+        if rec.mode == "DCR":
+            digits = [(n, c * h * w), (b, w), (b, 1), (c, h * w), (h // b, b * w), (w // b, b)]
+        else:
+            digits = [(n, c * h * w), (c, h * w), (b, w), (b, 1), (h // b, b * w), (w // b, b)]
     return _copy("depthspace", node, graph, lim, ys, digits)
 
 
