@@ -33,10 +33,7 @@ DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
 
 # (model, path, precision) -> the exact bug; strict, so a fix makes the test fail until the
 # entry is removed here.
-KNOWN_BUGS: dict[tuple[str, str, str], str] = {
-    ("ppocr_v4_rec", "gles2", "fp32"): "wrong answer on gles2 (final Softmax off by 1.2 of its range at 1x3x48x96; "
-                                       "root cause not found: every node matches when its output is exposed)",
-}
+KNOWN_BUGS: dict[tuple[str, str, str], str] = {}
 # model -> a bug that breaks it on every path (loading or specialising), strict as well.
 MODEL_BUGS: dict[str, str] = {}
 

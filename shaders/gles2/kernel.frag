@@ -2,6 +2,9 @@
 // (gpubackend/paths/gles2/kernels.py). GLSL ES 1.00, needs highp in the fragment stage.
 #ifdef GL_FRAGMENT_PRECISION_HIGH
 precision highp float;
+// Loop counters are ints: at the default mediump, Mesa computes float(i) in fp16, which holds
+// integers exactly only up to 2048 (a Softmax over 2100 elements read the wrong texels).
+precision highp int;
 precision highp sampler2D;
 #else
 #error "gles2 kernels need highp float in fragment shaders"
