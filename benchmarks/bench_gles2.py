@@ -48,7 +48,7 @@ def peak_gflops(path: Any, repeats: int) -> float:
     """FMA-only fragment shader: 4 independent vec4 FMA chains x 256 iterations per fragment."""
     import moderngl
 
-    import shaders
+    from gpubackend import shaders
 
     rt = path.runtime
     fs = shaders.source("gles2/kernel.frag", "100") + """

@@ -37,7 +37,7 @@ def median_time(fn, runs: int) -> float:
 
 def fma_peak(path: gles3.Gles3Path, runs: int) -> float:
     """GFLOP/s of independent vec4 FMA chains in a fragment shader (no memory traffic)."""
-    import shaders
+    from gpubackend import shaders
 
     dev, ctx = path.dev, path.dev.ctx
     iters, size = 256, 256
@@ -91,7 +91,7 @@ KERNEL_CASES = {
 
 
 def kernel_case(path: gles3.Gles3Path, name: str, runs: int) -> dict:
-    import fallback
+    from gpubackend import fallback
 
     op, shape, consts, attrs = KERNEL_CASES[name]
     rng = np.random.default_rng(0)

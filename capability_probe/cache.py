@@ -127,7 +127,7 @@ def _module_file(name: str) -> str:
 def _source_trees() -> list[str]:
     here = Path(__file__).resolve().parent
     roots = [here]
-    for pkg, sub in (("gpubackend", "paths"), ("shaders", ""), ("fallback", "")):
+    for pkg, sub in (("gpubackend", "paths"), ("gpubackend.shaders", ""), ("gpubackend.fallback", "")):
         try:
             spec = importlib.util.find_spec(pkg)
         except (ImportError, ValueError):

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.command in ("run", "bench", "conformance"):
-        import fallback
+        from gpubackend import fallback
 
         fallback.tune_malloc()  # the command owns its process: let the NumPy kernels reuse freed buffers
     try:

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-import fallback
+from gpubackend import fallback
 
 from . import ops
 from .errors import GpuBackendError, ModelError, OptionError

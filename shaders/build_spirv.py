@@ -1,6 +1,6 @@
 """Compile every compute shader variant in ``shaders/compute/`` to SPIR-V for the Vulkan path.
 
-``python -m shaders.build_spirv`` regenerates ``shaders/spirv/*.spv`` (and removes stale ones);
+``python -m gpubackend.shaders.build_spirv`` regenerates ``shaders/spirv/*.spv`` (and removes stale ones);
 ``--check`` only verifies that the shipped binaries match their sources (exit 1 if not). The
 variants (define sets) per shader come from ``gpubackend.paths.compute_kernels.variants()``
 (the kernel generators know which defines they emit) plus this module's own self-test variants.
@@ -193,7 +193,7 @@ def build(check: bool = False, verbose: bool = False, force: bool = False) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m shaders.build_spirv", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m gpubackend.shaders.build_spirv", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="verify the shipped .spv files, write nothing")
     ap.add_argument("--force", action="store_true", help="recompile every variant, not only changed ones")
     ap.add_argument("-v", "--verbose", action="store_true")

@@ -129,7 +129,7 @@ _STATE_SCRIPT = textwrap.dedent("""
         return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
 
     state = {"before": {"blas": blas(), "mmapped": mmapped(20 << 20)}}
-    import capability_probe, fallback, gpubackend, gpubackend.session, gpubackend.paths.cpu  # noqa: F401
+    import capability_probe, gpubackend, gpubackend.fallback, gpubackend.session, gpubackend.paths.cpu  # noqa: F401
     after = blas()  # libraries loaded by the imports themselves (e.g. scipy's BLAS) keep their own default
     state["after"] = {"blas": {k: after.get(k) for k in state["before"]["blas"]}, "mmapped": mmapped(24 << 20)}
     print(json.dumps(state))
@@ -151,7 +151,7 @@ def test_import_changes_no_process_wide_setting() -> None:
 
 
 def test_blas_threads_are_scoped_to_a_run() -> None:
-    import fallback
+    from gpubackend import fallback
 
     before = fallback.get_blas_threads()
     if before is None:

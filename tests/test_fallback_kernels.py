@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-import fallback
-from fallback import FallbackError, apply_activation, run_node, supported_ops
+from gpubackend import fallback
+from gpubackend.fallback import FallbackError, apply_activation, run_node, supported_ops
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -628,7 +628,7 @@ def test_float32_stays_float32():
 
 def test_conv_im2col_row_bands(monkeypatch):
     """Large convolutions build their im2col matrix a band of output rows at a time."""
-    import fallback.conv as conv_module
+    import gpubackend.fallback.conv as conv_module
 
     x, w = rand(2, 6, 23, 9, seed=99), rand(4, 3, 3, 2, seed=100)
     attrs = dict(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2], group=2)

@@ -14,8 +14,8 @@ import warnings
 import numpy as np
 import pytest
 
-import fallback
-from fallback import _runtime
+from gpubackend import fallback
+from gpubackend.fallback import _runtime
 
 CONV_CASES = {
     # name: (input shape, weight shape, attrs)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import fallback
 import gpubackend
+from gpubackend import fallback
 
 PATHS = ["gles2", "gles3", "gles31", "vulkan"]
 

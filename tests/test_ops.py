@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import fallback
 import gpubackend
+from gpubackend import fallback
 from gpubackend.graph import Graph, Node
 from gpubackend.ops import elementwise as ew
 from gpubackend.paths import path_module
@@ -977,7 +977,7 @@ def test_fused_activations_keep_nan_and_inf(path: str, precision: str) -> None:
 
 def test_library_is_generated_from_the_table() -> None:
     """shaders/common/elementwise.glsl is the rendering of the table (regenerate with
-    ``python -m shaders.build_spirv``)."""
+    ``python -m gpubackend.shaders.build_spirv``)."""
     assert ew.LIBRARY.read_text() == ew.glsl_library()
 
 

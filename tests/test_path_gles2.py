@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import fallback
+from gpubackend import fallback
 from gpubackend.gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from gpubackend.graph import Graph, Node
 from gpubackend.paths.base import RunStats

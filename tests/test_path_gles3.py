@@ -10,7 +10,7 @@ from pathlib import Path as FsPath
 import numpy as np
 import pytest
 
-import fallback
+from gpubackend import fallback
 from gpubackend.graph import Graph, Node
 from gpubackend.paths.base import RunStats
 
@@ -184,7 +184,7 @@ def test_every_shader_compiles_as_glsl_es_300():
     if exe is None:
         pytest.skip("glslangValidator not on PATH")
     path = gpath()
-    import shaders
+    from gpubackend import shaders
 
     sources = {"fullscreen.vert": kernels.vertex_source(),
                "fma_peak.frag": shaders.source("gles3/fma_peak.frag", "300 es", {"PEAK_ITERS": 4},

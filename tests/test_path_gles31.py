@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fallback
 import gpubackend
+from gpubackend import fallback
 from gpubackend.errors import UnsupportedOperatorError
 from gpubackend.graph import Graph, Node
 from gpubackend.paths import compute_kernels as ck

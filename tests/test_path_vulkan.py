@@ -44,7 +44,7 @@ def rel_err(got: np.ndarray, want: np.ndarray) -> float:
 
 # ---- infrastructure: SPIR-V, push/spec constants, recording ------------------------------------
 def _need_glslang():
-    from shaders import build_spirv
+    from gpubackend.shaders import build_spirv
 
     if build_spirv.glslang() is None:
         pytest.skip("glslangValidator is not installed; cannot recompile the shipped SPIR-V")
@@ -67,7 +67,7 @@ def test_spirv_in_sync_one_variant_per_shader() -> None:
         if not shipped.is_file() or not build_spirv.same_module(shipped.read_bytes(),
                                                                 build_spirv.compile_variant(shader, defines)):
             stale.append(name)
-    assert not stale, f"{stale} out of date: run `python -m shaders.build_spirv`"
+    assert not stale, f"{stale} out of date: run `python -m gpubackend.shaders.build_spirv`"
     names = {build_spirv.spv_name(s, d) for s, d in todo}
     assert {p.name for p in build_spirv.SPIRV_DIR.glob("*.spv")} == names
 
@@ -76,23 +76,23 @@ def test_spirv_in_sync_one_variant_per_shader() -> None:
 def test_spirv_in_sync_with_sources() -> None:
     build_spirv = _need_glslang()
     problems = build_spirv.build(check=True)
-    assert not problems, "\n".join(problems) + "\nrun `python -m shaders.build_spirv`"
+    assert not problems, "\n".join(problems) + "\nrun `python -m gpubackend.shaders.build_spirv`"
 
 
 def test_manifest_matches_sources() -> None:
     """Compiler-free: every variant's GLSL text hashes to what the manifest recorded when its
     .spv was built (the runtime declines a variant whose hash differs)."""
-    from shaders import build_spirv
+    from gpubackend.shaders import build_spirv
 
     manifest = build_spirv.read_manifest()
     stale = [build_spirv.spv_name(s, d) for s, d in build_spirv.variants()
              if manifest.get(build_spirv.spv_name(s, d)) != build_spirv.source_hash(s, d)]
-    assert not stale, f"{stale}: run `python -m shaders.build_spirv`"
+    assert not stale, f"{stale}: run `python -m gpubackend.shaders.build_spirv`"
 
 
 def test_every_generated_variant_is_shipped() -> None:
     from gpubackend.paths import compute_kernels as ck
-    from shaders.build_spirv import SPIRV_DIR, spv_name
+    from gpubackend.shaders.build_spirv import SPIRV_DIR, spv_name
 
     missing = [spv_name(s, d) for s, d in ck.variants() if not (SPIRV_DIR / spv_name(s, d)).is_file()]
     assert not missing, missing

@@ -30,9 +30,15 @@ CHECK = textwrap.dedent("""
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     (y,) = gpubackend.Session(model, path="cpu").run({"x": np.array([[-1, 2], [3, -4]], np.float32)})
     report = gpubackend.probe()
+    import importlib.util
+    from gpubackend import shaders
+    generic = [n for n in ("fallback", "shaders") if importlib.util.find_spec(n) is not None]
+    shipped = all((shaders.ROOT / f).is_file()
+                  for f in ("compute/conv.comp", "spirv/manifest.json", "gles2/kernel.frag"))
     auto = gpubackend.Session(model)
     print("RESULT" + json.dumps({
-        "y": y.tolist(), "auto": auto.path, "py_typed": os.path.isfile(os.path.join(
+        "y": y.tolist(), "auto": auto.path, "generic": generic, "shipped": shipped,
+        "py_typed": os.path.isfile(os.path.join(
             os.path.dirname(gpubackend.__file__), "py.typed")),
         "paths": {k: [v.available, v.reason] for k, v in report.paths.items()},
     }))
@@ -56,6 +62,8 @@ def _check_installed(py: Path, tmp_path: Path) -> None:
     result = json.loads(line[len("RESULT"):])
     assert result["y"] == [[0, 2], [3, 0]]
     assert result["py_typed"]
+    assert result["generic"] == [], "the wheel installs generic top-level names"
+    assert result["shipped"], "shaders are not shipped inside gpubackend.shaders"
     assert result["auto"] == "cpu"
     assert set(result["paths"]) >= {"vulkan", "gles31", "gles3", "gles2"}
     for key in ("vulkan", "gles31", "gles3", "gles2"):

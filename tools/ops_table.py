@@ -116,7 +116,7 @@ def _reasons(fn: Callable, module: ModuleType, returns_reasons: bool, depth: int
 def collect() -> dict:
     """{"ops": sorted op types, "cells": {path: {op: kernel names}}, "declines": {path: {op: [..]}},
     "common": {path: [reasons for every op]}}."""
-    import fallback
+    from gpubackend import fallback
     from gpubackend.paths import compute_kernels as ck
     from gpubackend.paths.gles2 import kernels as k2
     from gpubackend.paths.gles3 import kernels as k3

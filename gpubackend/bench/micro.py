@@ -49,7 +49,7 @@ class Peak:
 
 
 def shader_dir() -> Path:
-    import shaders
+    from gpubackend import shaders
 
     return Path(shaders.ROOT) / "bench"
 

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-import fallback
+from gpubackend import fallback
 
 from ..model import decode_attribute
 

@@ -28,7 +28,7 @@ binary per op and the runtime parameters ``ACT_P0`` / ``ACT_P1`` stay push const
 
 Adding an op: one :class:`Op` entry in :data:`UNARY` or :data:`BINARY` (codes are positions:
 append, never reorder), plus its CPU kernel in ``fallback/`` if it lacks one; then
-``python -m shaders.build_spirv`` regenerates the snippet and the SPIR-V. See
+``python -m gpubackend.shaders.build_spirv`` regenerates the snippet and the SPIR-V. See
 ``docs/adding_an_op.md``.
 """
 
@@ -378,7 +378,7 @@ def glsl_library() -> str:
     """The text of ``shaders/common/elementwise.glsl``: the helpers, ``vec4 activate(vec4)``
     chosen by ``ACT`` and, when ``BOP`` is defined, ``vec4 binop(vec4, vec4)``."""
     lines = [
-        "// GENERATED from gpubackend/ops/elementwise.py (python -m shaders.build_spirv): do not edit.",
+        "// GENERATED from gpubackend/ops/elementwise.py (python -m gpubackend.shaders.build_spirv): do not edit.",
         "// activate(x): unary op / fused activation number ACT (0: identity) with parameters ACT_P0,",
         "// ACT_P1; binop(a, b): binary op number BOP. Valid in GLSL ES 3.00, 3.10 and Vulkan 450.",
         "#ifndef ACT", "#define ACT 0", "#endif",

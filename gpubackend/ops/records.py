@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fallback._registry import FallbackError
-from fallback._spatial import AUTO_PADS, geometry, transpose_geometry
-from fallback.resize import axis_taps
+from gpubackend.fallback._registry import FallbackError
+from gpubackend.fallback._spatial import AUTO_PADS, geometry, transpose_geometry
+from gpubackend.fallback.resize import axis_taps
 
 from ..errors import ModelError
 from ..graph import Graph, Node, Shape

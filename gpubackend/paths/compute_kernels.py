@@ -27,7 +27,7 @@ from functools import cache
 
 import numpy as np
 
-import shaders
+from gpubackend import shaders
 
 from .. import ops
 from ..graph import Graph, Node

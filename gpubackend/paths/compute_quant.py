@@ -174,7 +174,7 @@ def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[s
     precision)``, against ``fallback``. Returns the conv's max relative error (the probe's
     tolerance applies); raises if the quantized output is more than one step away or the conv did
     not run with int8 weights."""
-    import fallback
+    from gpubackend import fallback
 
     from ..model import fold_constants
 

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-import fallback
+from gpubackend import fallback
 
 from ..errors import NodeError, OptionError, PathUnavailableError
 from ..graph import Graph, Node

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-import shaders
 from capability_probe.errors import DriverUnavailable
+from gpubackend import shaders
 
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment

@@ -13,7 +13,7 @@ from ..base import RunStats
 def reference(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], opset: int = 17) -> np.ndarray:
     """``fallback.run_node`` (which honours ``_act``); ONNX's reference evaluator while the
     fallback package lacks the op."""
-    import fallback
+    from gpubackend import fallback
 
     run_node = getattr(fallback, "run_node", None)
     if run_node is not None:
@@ -41,7 +41,7 @@ def reference(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], o
 
 
 def apply_act(y: np.ndarray, act: tuple[str, dict[str, float]]) -> np.ndarray:
-    from fallback import apply_activation
+    from gpubackend.fallback import apply_activation
 
     return apply_activation(np.array(y, np.float32), act)
 

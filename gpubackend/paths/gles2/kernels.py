@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import shaders
+from gpubackend import shaders
 
 from ... import ops
 from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET

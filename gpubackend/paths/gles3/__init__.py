@@ -137,7 +137,7 @@ def _canary_graph(rng: np.random.Generator) -> tuple[Graph, dict[str, np.ndarray
 def canary(precision: str = "fp32") -> float:
     """Conv (+Relu), depthwise conv, global pool and Gemm on small random inputs against the
     ``fallback`` kernels; returns the max norm-relative error, raises when it is too large."""
-    import fallback
+    from gpubackend import fallback
 
     from ..base import RunStats
 

@@ -370,7 +370,7 @@ def run_nodes(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], pre
 def canary(precision: str = "fp32") -> float:
     """Runs conv (3x3, stride 2, fused Relu6), depthwise and GEMM on small random inputs against
     ``fallback.run_node``; returns the max relative error, raises if it is too large."""
-    import fallback
+    from gpubackend import fallback
 
     rng = np.random.default_rng(1234)
     x = rng.standard_normal((1, 5, 9, 11)).astype(np.float32)

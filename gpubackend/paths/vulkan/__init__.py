@@ -47,20 +47,20 @@ def push_words(k: ck.Kernel) -> np.ndarray:
 
 @functools.cache
 def _manifest() -> dict[str, str]:
-    from shaders.build_spirv import read_manifest
+    from gpubackend.shaders.build_spirv import read_manifest
 
     return read_manifest()
 
 
 @functools.cache
 def _stale(shader: str, defines: tuple[tuple[str, int], ...]) -> bool:
-    from shaders.build_spirv import source_hash
+    from gpubackend.shaders.build_spirv import source_hash
 
     return _manifest().get(spv_for_variant(shader, defines)) != source_hash(shader, defines)
 
 
 def spv_for_variant(shader: str, defines: tuple[tuple[str, int], ...]) -> str:
-    from shaders.build_spirv import spv_name
+    from gpubackend.shaders.build_spirv import spv_name
 
     return spv_name(shader, defines)
 
@@ -83,10 +83,10 @@ def _check_shipped(records: list[ck.Record], graph: Graph, precision: str) -> st
                     return f"{b.name!r} needs a {nbytes}-byte buffer (maxStorageBufferRange {MAX_BUFFER_BYTES})"
             name = spv_for(rec)
             if not (spirv_dir() / name).is_file():
-                return f"SPIR-V variant {name} is not shipped (run `python -m shaders.build_spirv`)"
+                return f"SPIR-V variant {name} is not shipped (run `python -m gpubackend.shaders.build_spirv`)"
             if _stale(rec.shader, rec.defines):
                 return (f"SPIR-V {name} is out of date with its GLSL source {rec.shader} "
-                        "(run `python -m shaders.build_spirv`)")
+                        "(run `python -m gpubackend.shaders.build_spirv`)")
             nbytes = push_words(rec).nbytes
             if nbytes > MAX_PUSH_BYTES:
                 return f"{rec.kernel} needs {nbytes} bytes of push constants (limit {MAX_PUSH_BYTES})"
@@ -267,7 +267,7 @@ def single_node_graph(op_type: str, inputs: list[np.ndarray | None], attrs: dict
                       const_inputs: tuple[int, ...] = (1, 2), opset: int = 17) -> tuple[Graph, list[np.ndarray]]:
     """A one-node graph whose inputs at ``const_inputs`` are constants and the rest runtime inputs,
     plus the reference outputs from ``fallback.run_node``."""
-    import fallback
+    from gpubackend import fallback
 
     attrs = dict(attrs or {})
     ref = fallback.run_node(op_type, inputs, attrs, opset)

@@ -39,7 +39,7 @@ MAX_PUSH_BYTES = 128  # the Vulkan minimum for maxPushConstantsSize; lavapipe of
 
 
 def spirv_dir() -> Path:
-    import shaders
+    from gpubackend import shaders
 
     return Path(shaders.ROOT) / "spirv"
 
@@ -51,7 +51,7 @@ def load_spirv(name: str) -> bytes:
     if not path.is_file():
         raise ShaderCompileError(
             f"vulkan: no compiled SPIR-V {name!r} in {path.parent}; regenerate with "
-            "`python -m shaders.build_spirv` (needs glslangValidator)", stage="spirv")
+            "`python -m gpubackend.shaders.build_spirv` (needs glslangValidator)", stage="spirv")
     data = path.read_bytes()
     if len(data) < 20 or len(data) % 4 or int.from_bytes(data[:4], "little") != 0x07230203:
         raise ShaderCompileError(f"vulkan: {path} is not a SPIR-V module", stage="spirv")
