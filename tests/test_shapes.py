@@ -292,8 +292,23 @@ def test_a_path_failing_to_check_a_node_declines_it(monkeypatch):
         gpubackend.Session(_relu_model(), path="cpu")
 
 
+def _gathers_with_runtime_indices() -> onnx.ModelProto:
+    """Relu, then two Gathers whose indices arrive at run time (which gles3 declines), then Relu."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Gather", ["r", "i"], ["g1"], axis=1),
+             helper.make_node("Gather", ["g1", "i"], ["g2"], axis=1),
+             helper.make_node("Relu", ["g2"], ["y"])]
+    graph = helper.make_graph(nodes, "gathers", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 4, 5]),
+                                                 helper.make_tensor_value_info("i", TP.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TP.FLOAT, [1, 4, 5])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def test_explain_groups_by_reason_with_counts():
-    sess = gpubackend.Session(svtr_like(), path="gles3", input_shapes={"x": (1, 3, 32, 64)})
+    sess = gpubackend.Session(_gathers_with_runtime_indices(), path="gles3")
+    x = np.arange(20, dtype=np.float32).reshape(1, 4, 5) - 10
+    i = np.array([3, 0, 2, 1], np.int64)
+    np.testing.assert_array_equal(sess.run({"x": x, "i": i})[0], np.maximum(x, 0)[:, i][:, i])
     text = sess.explain()
     grouped = [ln for ln in text.splitlines() if ln.startswith("  gles3 -> ")]
     assert grouped, text

@@ -1,4 +1,4 @@
-// GENERATED from gpubackend/ops/elementwise.py (python -m shaders.build_spirv): do not edit.
+// GENERATED from gpubackend/ops/elementwise.py (python -m gpubackend.shaders.build_spirv): do not edit.
 // activate(x): unary op / fused activation number ACT (0: identity) with parameters ACT_P0,
 // ACT_P1; binop(a, b): binary op number BOP. Valid in GLSL ES 3.00, 3.10 and Vulkan 450.
 #ifndef ACT
