@@ -125,4 +125,29 @@ def check_image_shape(shape: tuple[int, ...], what: str) -> tuple[int, int, int,
 
 DeviceOutputs = dict[str, "DeviceTensor | None"]
 
-__all__ = ["DeviceTensor", "GLTextureTensor", "check_image_shape"]
+def run_resident_steps(seg: Any, feeds: dict[str, Any], stats: RunStats, device_outputs: dict[str, Any],
+                       copy_in: Callable[[Any, str, DeviceTensor], bool],
+                       copy_out: Callable[[Any, str, Any], Any]) -> dict[str, Any]:
+    """A GL segment's upload / execute / read steps with device tensors: each feed that
+    ``copy_in`` places on the device directly skips the upload, and each output named in
+    ``device_outputs`` is copied on the device by ``copy_out`` instead of being read back."""
+    host: dict[str, np.ndarray] = {}
+    for name in seg.inputs:
+        value = feeds[name]
+        if isinstance(value, DeviceTensor):
+            if not copy_in(seg, name, value):
+                host[name] = value.host(stats)
+        else:
+            host[name] = value
+    seg._upload(host, stats)  # noqa: SLF001 - the segment's own upload step
+    seg._execute(stats)  # noqa: SLF001
+    out: dict[str, Any] = {}
+    for name in seg.outputs:
+        if name in device_outputs:
+            out[name] = copy_out(seg, name, device_outputs[name])
+        else:
+            out[name] = seg._read(name, stats)  # noqa: SLF001
+    return out
+
+
+__all__ = ["DeviceTensor", "GLTextureTensor", "check_image_shape", "run_resident_steps"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...device_tensor import DeviceTensor, GLTextureTensor
+from ...device_tensor import DeviceTensor, GLTextureTensor, run_resident_steps
 from ...errors import GpuBackendError
 from ...gl.device import GLDevice
 from ..base import RunStats
@@ -128,20 +128,4 @@ def copy_out(seg: Gles3Segment, name: str, target: DeviceTensor | None) -> Gles3
 def run_resident(seg: Gles3Segment, feeds: dict[str, Any], stats: RunStats,
                  device_outputs: dict[str, Any]) -> dict[str, Any]:
     seg.dev.check_thread()
-    host: dict[str, np.ndarray] = {}
-    for name in seg.inputs:
-        value = feeds[name]
-        if isinstance(value, DeviceTensor):
-            if not copy_in(seg, name, value):
-                host[name] = value.host(stats)
-        else:
-            host[name] = value
-    seg._upload(host, stats)  # noqa: SLF001 - the segment's own upload step
-    seg._execute(stats)  # noqa: SLF001
-    out: dict[str, Any] = {}
-    for name in seg.outputs:
-        if name in device_outputs:
-            out[name] = copy_out(seg, name, device_outputs[name])
-        else:
-            out[name] = seg._read(name, stats)  # noqa: SLF001
-    return out
+    return run_resident_steps(seg, feeds, stats, device_outputs, copy_in, copy_out)
