@@ -539,6 +539,20 @@ def arg(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     return index_kernel("argreduce", node, graph, lim, ys, [("X", node.inputs[0])], code)
 
 
+def _broadcast_maps(graph: Graph, names: list[str], ys: tuple[int, ...]) -> list[str] | str:
+    """``srcI(l)`` functions mapping an output index to each input's broadcast element, or a reason."""
+    maps = []
+    for i, name in enumerate(names):
+        s = _shape(graph, name)
+        if s is None:
+            return "shape not static"
+        digits = _broadcast_digits(s, ys)
+        if isinstance(digits, str):
+            return digits
+        maps.append(map_fn(f"src{i}", digits))
+    return maps
+
+
 _COMPARE = {"Equal": "==", "Greater": ">", "Less": "<", "GreaterOrEqual": ">=", "LessOrEqual": "<="}
 
 
@@ -547,15 +561,9 @@ def compare(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     ys = _shape(graph, node.outputs[0])
     if ys is None or len(node.inputs) != 2:
         return "shape not static"
-    maps = []
-    for i, name in enumerate(node.inputs):
-        s = _shape(graph, name)
-        if s is None:
-            return "shape not static"
-        digits = _broadcast_digits(s, ys)
-        if isinstance(digits, str):
-            return digits
-        maps.append(map_fn(f"src{i}", digits))
+    maps = _broadcast_maps(graph, list(node.inputs), ys)
+    if isinstance(maps, str):
+        return maps
     code = "\n".join([*maps, f"float value_at(int l) {{ return X0_at(src0(l)) {_COMPARE[node.op_type]} "
                               "X1_at(src1(l)) ? 1.0 : 0.0; }"])
     return index_kernel("compare", node, graph, lim, ys, [("X0", node.inputs[0]), ("X1", node.inputs[1])], code)
@@ -565,15 +573,9 @@ def where(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     ys = _shape(graph, node.outputs[0])
     if ys is None or len(node.inputs) != 3:
         return "shape not static"
-    maps = []
-    for i, name in enumerate(node.inputs):
-        s = _shape(graph, name)
-        if s is None:
-            return "shape not static"
-        digits = _broadcast_digits(s, ys)
-        if isinstance(digits, str):
-            return digits
-        maps.append(map_fn(f"src{i}", digits))
+    maps = _broadcast_maps(graph, list(node.inputs), ys)
+    if isinstance(maps, str):
+        return maps
     code = "\n".join([*maps, "float value_at(int l) { return X0_at(src0(l)) != 0.0 ? X1_at(src1(l)) : "
                               "X2_at(src2(l)); }"])
     reads = [("X0", node.inputs[0]), ("X1", node.inputs[1]), ("X2", node.inputs[2])]
@@ -693,16 +695,10 @@ def nary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if not names:
         return "no inputs"
     step, final = _NARY[node.op_type]
-    lines, reads = [], []
-    for i, name in enumerate(names):
-        s = _shape(graph, name)
-        if s is None:
-            return "shape not static"
-        digits = _broadcast_digits(s, ys)
-        if isinstance(digits, str):
-            return digits
-        reads.append((f"X{i}", name))
-        lines.append(map_fn(f"src{i}", digits))
+    lines = _broadcast_maps(graph, names, ys)
+    if isinstance(lines, str):
+        return lines
+    reads = [(f"X{i}", name) for i, name in enumerate(names)]
     body = ["float acc = X0_at(src0(l));"] + [f"{{ float v = X{i}_at(src{i}(l)); {step} }}"
                                                 for i in range(1, len(names))]
     code = "\n".join([*lines, f"const int K = {len(names)};", "float value_at(int l) {",
