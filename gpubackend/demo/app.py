@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import shaders
 from ..commands import add_shape_option, shapes_of
 from ..errors import OptionError
 from .pipeline import CaptureThread, InferenceThread, LatencyStats, Mailbox, Result, _make_session
@@ -105,49 +106,6 @@ def _display_available() -> bool:
 # window
 
 
-_VERTEX = """
-#version 330
-in vec2 pos;
-out vec2 uv;
-void main() {
-    uv = vec2(pos.x * 0.5 + 0.5, 0.5 - pos.y * 0.5);  // image row 0 at the top
-    gl_Position = vec4(pos, 0.0, 1.0);
-}
-"""
-
-_FRAGMENT = """
-#version 330
-uniform sampler2D frame_tex;
-uniform sampler2D mask_tex;
-uniform sampler2D bg_tex;
-uniform sampler2D hud_tex;
-uniform int mode;
-uniform vec3 tint;
-uniform float strength;
-uniform vec2 texel;
-in vec2 uv;
-out vec4 color;
-void main() {
-    vec3 f = texture(frame_tex, uv).rgb;
-    float m = clamp(texture(mask_tex, uv).r, 0.0, 1.0);
-    vec3 c;
-    if (mode == 0) {
-        c = mix(f, tint, m * strength);
-    } else if (mode == 1) {
-        vec3 b = vec3(0.0);
-        for (int j = -1; j <= 1; j++)
-            for (int i = -1; i <= 1; i++)
-                b += textureLod(frame_tex, uv + vec2(i, j) * texel * 10.0, 3.5).rgb;
-        c = mix(b / 9.0, f, m);
-    } else {
-        c = mix(texture(bg_tex, uv).rgb, f, m);
-    }
-    vec4 h = texture(hud_tex, uv);
-    color = vec4(mix(c, h.rgb, h.a), 1.0);
-}
-"""
-
-
 class Window:
     """A glfw window; moderngl draws the frame, the mask and the HUD with one fragment shader."""
 
@@ -181,7 +139,8 @@ class Window:
             raise WindowError(f"no OpenGL context: {exc}") from exc
         self.width, self.height = width, height
         ctx = self.ctx
-        self.prog = ctx.program(vertex_shader=_VERTEX, fragment_shader=_FRAGMENT)
+        self.prog = ctx.program(vertex_shader=shaders.source("demo/window.vert", "330"),
+                               fragment_shader=shaders.source("demo/window.frag", "330"))
         quad = np.array([-1, -1, 1, -1, -1, 1, 1, 1], dtype="f4")
         self.vbo = ctx.buffer(quad.tobytes())
         self.vao = ctx.vertex_array(self.prog, [(self.vbo, "2f", "pos")])

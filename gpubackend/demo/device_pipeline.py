@@ -17,85 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import shaders
 from .processing import MODES, TINT_RGB, TINT_STRENGTH
 
 DEVICE_PATHS = ("gles3", "gles31")  # paths whose device tensors take and give GL textures
-
-_VERTEX = """#version 300 es
-void main() {
-    vec2 p = vec2(float((gl_VertexID & 1) << 2) - 1.0, float((gl_VertexID & 2) << 1) - 1.0);
-    gl_Position = vec4(p, 0.0, 1.0);
-}
-"""
-
-_PREPROCESS = """#version 300 es
-precision highp float;
-uniform sampler2D frame_tex;
-uniform vec2 out_size;
-out vec4 o;
-void main() {
-    // texel row y of the input is image row y: both textures hold row 0 first
-    o = vec4(texture(frame_tex, gl_FragCoord.xy / out_size).rgb, 1.0);
-}
-"""
-
-_MASK_TAPS = """
-uniform sampler2D mask_tex;
-uniform ivec2 mask_size;
-float mask_at(vec2 uv) {  // bilinear by hand: float textures need not be filterable
-    vec2 p = uv * vec2(mask_size) - 0.5;
-    vec2 f = fract(p);
-    ivec2 i0 = clamp(ivec2(floor(p)), ivec2(0), mask_size - 1);
-    ivec2 i1 = clamp(i0 + 1, ivec2(0), mask_size - 1);
-    float a = texelFetch(mask_tex, i0, 0).r, b = texelFetch(mask_tex, ivec2(i1.x, i0.y), 0).r;
-    float c = texelFetch(mask_tex, ivec2(i0.x, i1.y), 0).r, d = texelFetch(mask_tex, i1, 0).r;
-    return clamp(mix(mix(a, b, f.x), mix(c, d, f.x), f.y), 0.0, 1.0);
-}
-"""
-
-_SMOOTH = """#version 300 es
-precision highp float;
-uniform sampler2D mask_tex;
-uniform sampler2D prev_tex;
-uniform float alpha;
-out vec4 o;
-void main() {
-    ivec2 p = ivec2(gl_FragCoord.xy);
-    o = vec4(mix(texelFetch(prev_tex, p, 0).r, texelFetch(mask_tex, p, 0).r, alpha), 0.0, 0.0, 1.0);
-}
-"""
-
-_COMPOSITE = """#version 300 es
-precision highp float;
-precision highp int;
-uniform sampler2D frame_tex;
-uniform sampler2D bg_tex;
-uniform int mode;
-uniform vec3 tint;
-uniform float strength;
-uniform vec2 out_size;
-uniform vec2 texel;
-""" + _MASK_TAPS + """
-out vec4 o;
-void main() {
-    vec2 uv = gl_FragCoord.xy / out_size;
-    vec3 f = textureLod(frame_tex, uv, 0.0).rgb;
-    float m = mask_at(uv);
-    vec3 c;
-    if (mode == 0) {
-        c = mix(f, tint, m * strength);
-    } else if (mode == 1) {
-        vec3 b = vec3(0.0);
-        for (int j = -1; j <= 1; j++)
-            for (int i = -1; i <= 1; i++)
-                b += textureLod(frame_tex, uv + vec2(i, j) * texel * 10.0, 3.5).rgb;
-        c = mix(b / 9.0, f, m);
-    } else {
-        c = mix(textureLod(bg_tex, uv, 0.0).rgb, f, m);
-    }
-    o = vec4(c, 1.0);
-}
-"""
 
 
 @dataclass
@@ -160,9 +85,10 @@ class DeviceFramePipeline:
         self.bg_tex.repeat_x = self.bg_tex.repeat_y = False
         if background is not None:
             self.bg_tex.write(np.ascontiguousarray(background, np.uint8).tobytes())
-        self.preprocess = ctx.program(vertex_shader=_VERTEX, fragment_shader=_PREPROCESS)
-        self.composite = ctx.program(vertex_shader=_VERTEX, fragment_shader=_COMPOSITE)
-        self.smooth = ctx.program(vertex_shader=_VERTEX, fragment_shader=_SMOOTH)
+        vertex = shaders.source("demo/fullscreen.vert", "300 es")
+        self.preprocess, self.composite, self.smooth = (
+            ctx.program(vertex_shader=vertex, fragment_shader=shaders.source(f"demo/{name}.frag", "300 es"))
+            for name in ("preprocess", "device_composite", "smooth"))
         self._vaos = {id(p): ctx.vertex_array(p, []) for p in (self.preprocess, self.composite, self.smooth)}
 
     def _draw(self, prog: Any, fbo: Any, size: tuple[int, int]) -> None:

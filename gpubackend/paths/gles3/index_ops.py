@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -198,11 +199,20 @@ def float_checked(node: Node) -> list[str]:
     return node.inputs[:1] + node.outputs[:1]
 
 
-def _io(node: Node, graph: Graph) -> tuple[tuple[int, ...], tuple[int, ...]] | str:
+def _io(node: Node, graph: Graph) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The static shapes of the first input and output (declines when either is unknown)."""
     xs, ys = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
     if xs is None or ys is None:
-        return "shape not static"
+        raise ops.Decline("shape not static")
     return xs, ys
+
+
+def _rec(node: Node, graph: Graph, kind: type) -> Any:
+    """The op layer's record of ``node`` (declines with the op layer's reason when there is none)."""
+    rec = _record(node, graph, kind)
+    if isinstance(rec, str):
+        raise ops.Decline(rec)
+    return rec
 
 
 def _copy(name: str, node: Node, graph: Graph, lim: Limits, ys: tuple[int, ...], digits: Sequence[Digit],
@@ -215,13 +225,8 @@ def _copy(name: str, node: Node, graph: Graph, lim: Limits, ys: tuple[int, ...],
 # ---- layout ops ----------------------------------------------------------------------------------
 
 def transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.TransposeRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.TransposeRecord)
     st = strides(xs)
     return _copy("transpose", node, graph, lim, ys, [(xs[p], st[p]) for p in rec.perm])
 
@@ -229,19 +234,14 @@ def transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 def reshape(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     """Reshape / Flatten / Squeeze / Unsqueeze / Identity whose texture layout changes (the same
     layout is an alias, see kernels.alias): a copy in linear order."""
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
+    xs, ys = _io(node, graph)
     if math.prod(xs) != math.prod(ys):
         return f"{xs} -> {ys} changes the element count"
     return _copy("relayout", node, graph, lim, ys, [(math.prod(ys), 1)])
 
 
 def cast(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    rec = _record(node, graph, ops.CastRecord)
-    if isinstance(rec, str):
-        return rec
+    rec = _rec(node, graph, ops.CastRecord)
     if rec.to != np.float32:
         return f"Cast to {rec.to}: gles3 textures hold float32 only"
     return reshape(node, graph, lim)
@@ -255,13 +255,8 @@ def _slice_digits(xs: tuple[int, ...], ys: tuple[int, ...], starts: dict[int, in
 
 
 def slice_(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.SliceRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.SliceRecord)
     want = list(xs)
     for s, e, a, step in zip(rec.starts, rec.ends, rec.axes, rec.steps):
         want[a] = len(range(s, e, step))
@@ -276,9 +271,7 @@ def split(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
     xs = _shape(graph, node.inputs[0])
     if xs is None:
         return "shape not static"
-    rec = _record(node, graph, ops.SplitRecord)
-    if isinstance(rec, str):
-        return rec
+    rec = _rec(node, graph, ops.SplitRecord)
     if len(rec.sizes) != len(node.outputs):
         return f"{len(rec.sizes)} split sizes for {len(node.outputs)} outputs"
     kernels = []
@@ -301,9 +294,7 @@ def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     ys = _shape(graph, node.outputs[0])
     if ys is None:
         return "shape not static"
-    rec = _record(node, graph, ops.AxisRecord)
-    if isinstance(rec, str):
-        return rec
+    rec = _rec(node, graph, ops.AxisRecord)
     axis = rec.axis
     inner = math.prod(ys[axis + 1:])
     reads, chain, off = [], [], 0
@@ -325,13 +316,8 @@ def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 
 
 def gather(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.GatherRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.GatherRecord)
     if rec.indices is None or rec.indices_shape is None:
         return "indices arrive at run time"
     axis, idx = rec.axis, rec.indices
@@ -365,10 +351,7 @@ def _broadcast_digits(xs: tuple[int, ...], ys: tuple[int, ...]) -> list[Digit] |
 
 
 def expand(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
+    xs, ys = _io(node, graph)
     digits = _broadcast_digits(xs, ys)
     if isinstance(digits, str):
         return digits
@@ -378,10 +361,7 @@ def expand(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 def tile(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     """Output axis a of length reps * n splits into (rep, i): stride 0 for rep (the repeats are
     read off the static shapes)."""
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
+    xs, ys = _io(node, graph)
     if len(xs) != len(ys) or any(x == 0 or y % x for x, y in zip(xs, ys)):
         return f"{ys} is not a tiling of {xs}"
     st = strides(xs)
@@ -392,15 +372,10 @@ def tile(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 
 
 def depth_space(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
+    xs, ys = _io(node, graph)
     if len(xs) != 4:
         return "only 4-D tensors"
-    rec = _record(node, graph, ops.DepthSpaceRecord)
-    if isinstance(rec, str):
-        return rec
+    rec = _rec(node, graph, ops.DepthSpaceRecord)
     b = rec.blocksize
     n, c, h, w = xs
     if rec.op == "DepthToSpace":
@@ -452,13 +427,8 @@ REDUCE_OPS = (*_REDUCE, "ReduceLogSumExp")
 
 
 def reduce(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.ReduceRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.ReduceRecord)
     if rec.noop:
         return reshape(node, graph, lim)
     base, off, count = _reduce_maps(xs, rec.axes, False)
@@ -484,13 +454,8 @@ def reduce(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 
 def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     """Softmax / LogSoftmax on any axis (before opset 13: over every axis from ``axis`` on)."""
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.AxisRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.AxisRecord)
     if not xs:
         return "a scalar input"
     axes = [rec.axis] if graph.opset >= 13 else list(range(rec.axis, len(xs)))
@@ -511,13 +476,8 @@ def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 def arg(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     """ArgMax / ArgMin: the index of the first (last with select_last_index) extreme; a NaN
     counts as the extreme, as numpy's argmax does."""
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.ArgRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.ArgRecord)
     if _dtype(graph, node.outputs[0]) != np.int64:
         return "output is not int64"
     count = xs[rec.axis] if xs else 1
@@ -599,13 +559,8 @@ def _param(graph: Graph, node: Node, i: int, prefix: str, count: int, index: str
 
 
 def normalization(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
-    io = _io(node, graph)
-    if isinstance(io, str):
-        return io
-    xs, ys = io
-    rec = _record(node, graph, ops.NormRecord)
-    if isinstance(rec, str):
-        return rec
+    xs, ys = _io(node, graph)
+    rec = _rec(node, graph, ops.NormRecord)
     if len(xs) < 2:
         return "input of rank < 2"
     eps = ew.glsl_float(float(np.float32(rec.epsilon)), True)
@@ -713,9 +668,7 @@ def matmul(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     ys, sa, sb = _shape(graph, node.outputs[0]), _shape(graph, a_name), _shape(graph, b_name)
     if ys is None or sa is None or sb is None:
         return "shape not static"
-    rec = _record(node, graph, ops.MatMulRecord)
-    if isinstance(rec, str):
-        return rec
+    rec = _rec(node, graph, ops.MatMulRecord)
     a2 = (1,) + sa if len(sa) == 1 else sa
     b2 = sb + (1,) if len(sb) == 1 else sb
     m, k = a2[-2:]
