@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from . import conv, elementwise, linalg, norm, pool, quant, resize, tensor  # noqa: F401  (registers kernels)
-from ._registry import DOMAIN_KERNELS, KERNELS, FallbackError
+from ._registry import DOMAIN_KERNELS, KERNELS, NODE_KERNELS, RUN_TIME, FallbackError
 from ._runtime import BufferPool, binary, blas_threads, get_blas_threads, kernel_threads, tune_malloc
 from .elementwise import apply_activation
 
-__all__ = ["KERNELS", "KERNEL_ERRORS", "BufferPool", "FallbackError", "apply_activation", "binary", "blas_threads",
-           "get_blas_threads", "kernel_for", "kernel_threads", "run_node", "supported_ops", "tune_malloc"]
+__all__ = ["KERNELS", "KERNEL_ERRORS", "RUN_TIME", "BufferPool", "FallbackError", "apply_activation", "binary",
+           "blas_threads", "get_blas_threads", "kernel_for", "kernel_threads", "node_kernel", "run_node",
+           "supported_ops", "tune_malloc"]
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 
@@ -58,6 +59,20 @@ def kernel_for(op_type: str,
     if kernel is None:
         raise FallbackError(f"no CPU kernel for op {op_type}" + (f" in domain {domain!r}" if domain else ""))
     return kernel
+
+
+def node_kernel(op_type: str, domain: str, inputs: list, attrs: dict[str, Any]
+                ) -> Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]:
+    """:func:`kernel_for`, specialised for one node when its op has a specialisation: ``inputs`` holds
+    the node's constant inputs as arrays, None for an absent input and ``RUN_TIME`` for an input
+    known only at run time. A specialised kernel resolves what depends on the constants and the
+    input shapes once per shape (e.g. a Conv's geometry, algorithm and weight layouts) and computes
+    what the plain kernel computes; call it the same way, with the same ``attrs``."""
+    if domain in ("", "ai.onnx") and op_type in NODE_KERNELS:
+        kernel = NODE_KERNELS[op_type](inputs, attrs)
+        if kernel is not None:
+            return kernel
+    return kernel_for(op_type, domain)
 
 
 def run_node(op_type: str, inputs: list[np.ndarray | None], attrs: dict[str, Any],

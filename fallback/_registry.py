@@ -10,6 +10,18 @@ import numpy as np
 Kernel = Callable[[list, dict, int], list]
 
 KERNELS: dict[str, Kernel] = {}  # the default ONNX domain
+# op type -> factory(inputs, attrs) of a kernel specialised for one node (see ``node_kernel``)
+NODE_KERNELS: dict[str, Callable[[list, dict], Kernel | None]] = {}
+
+
+class _RunTime:
+    """Marks an input that is known only at run time (see ``fallback.node_kernel``)."""
+
+    def __repr__(self) -> str:
+        return "RUN_TIME"
+
+
+RUN_TIME = _RunTime()
 MS_DOMAIN = "com.microsoft"
 DOMAIN_KERNELS: dict[tuple[str, str], Kernel] = {}  # (domain, op type) for other domains
 

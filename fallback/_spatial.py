@@ -162,7 +162,7 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
     output's width, to be dropped). Returns ``(flat, [(a, b, o) per tap, row-major], wq)``.
     """
     n, c, h, wd = x.shape
-    phases_h, phases_w, hq, wq, copies, offsets = _phase_plan(
+    phases_h, phases_w, hq, wq, copies, offsets = phase_plan(
         h, wd, tuple(pad_begin), tuple(out), tuple(strides), tuple(dil), tuple(kernel))
     shape = (len(phases_h), len(phases_w), n, c, hq, wq)
     planes = empty(shape, x.dtype)
@@ -177,7 +177,7 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
 
 
 @functools.lru_cache(maxsize=512)
-def _phase_plan(h: int, wd: int, pad_begin: tuple, out: tuple, strides: tuple, dil: tuple, kernel: tuple):
+def phase_plan(h: int, wd: int, pad_begin: tuple, out: tuple, strides: tuple, dil: tuple, kernel: tuple):
     """The index arithmetic of ``phase_planes`` (pure in the shapes, so computed once per shape):
     phases, plane size, the (phase, destination, source) slices to copy and the taps' offsets."""
     kh, kw = kernel

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ._registry import fail, half_via_float32, iattr, need, opt, register
+from ._registry import NODE_KERNELS, RUN_TIME, Kernel, fail, half_via_float32, iattr, need, opt, register
 from ._runtime import current_threads, empty, matmul, parallel, zeros
-from ._spatial import drop_columns, geometry, pad_spatial, phase_planes, tap_slices, transpose_geometry
-from .elementwise import apply_activation
+from ._spatial import drop_columns, geometry, pad_spatial, phase_plan, phase_planes, tap_slices, transpose_geometry
+from .elementwise import Activation, activation_function, apply_activation
+
+ConvRun = Callable[[np.ndarray], np.ndarray]
 
 
 def _float_like(op: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -40,15 +43,21 @@ def _float_like(op: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return w
 
 
-def _epilogue(y: np.ndarray, b: np.ndarray | None, m: int, op: str, act: tuple | None) -> np.ndarray:
-    """``act(y + bias)``, contiguous, in one pass per channel block while it is in cache, split over
-    the kernel threads by output channel. ``y`` (N, M, spatial...) is written in place when it is
-    contiguous; the phase-plane paths hand in a view with their padding columns still in place, and
-    the result is then a new array."""
-    if b is not None:
-        if b.size != m:
-            raise fail(op, f"bias has {b.size} elements, expected {m} (one per output channel)")
-        b = b.reshape((1, m) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+def _bias(op: str, b: np.ndarray | None, m: int, ndim: int, dtype: np.dtype) -> np.ndarray | None:
+    """The bias shaped (1, M, 1, ...) to broadcast over an (N, M, spatial...) output."""
+    if b is None:
+        return None
+    if b.size != m:
+        raise fail(op, f"bias has {b.size} elements, expected {m} (one per output channel)")
+    return b.reshape((1, m) + (1,) * (ndim - 2)).astype(dtype, copy=False)
+
+
+def _epilogue(y: np.ndarray, b: np.ndarray | None, act: Activation | None) -> np.ndarray:
+    """``act(y + b)`` (``b`` from :func:`_bias`, ``act`` from ``activation_function``), contiguous,
+    in one pass per channel block while it is in cache, split over the kernel threads by output
+    channel. ``y`` (N, M, spatial...) is written in place when it is contiguous; the phase-plane
+    paths hand in a view with their padding columns still in place, and the result is then a new
+    array."""
     in_place = y.flags.c_contiguous
     if in_place and b is None and act is None:
         return y
@@ -60,67 +69,102 @@ def _epilogue(y: np.ndarray, b: np.ndarray | None, m: int, op: str, act: tuple |
             np.add(src, b[:, c0:c1], out=dst)
         elif not in_place:
             np.copyto(dst, src)
-        apply_activation(dst, act)
+        if act is not None:
+            apply_activation(dst, act)
 
-    parallel(part, m, y.size * (1 + (b is not None) + 3 * (act is not None)))  # passes per element
+    parallel(part, y.shape[1], y.size * (1 + (b is not None) + 3 * (act is not None)))  # passes per element
     return res
 
 
-def _depthwise(xp: np.ndarray, w: np.ndarray, mult: int, out: list[int], strides: list[int],
-               dil: list[int]) -> np.ndarray:
+def _depthwise_plan(w: np.ndarray, mult: int, pb: list[int], pe: list[int], out: list[int],
+                    strides: list[int], dil: list[int]) -> ConvRun:
     """Depthwise conv (one input channel per group, any rank) as a sum of per-channel scaled shifted
     slices of the padded input."""
-    if mult > 1:
-        xp = np.repeat(xp, mult, axis=1)
-    n, m = xp.shape[0], xp.shape[1]
+    m = w.shape[0]
     nsp = len(out)
-    y = np.empty((n, m, *out), dtype=xp.dtype)
-    tmp = np.empty_like(y)
     kernel = w.shape[2:]
-    wv = w.reshape(m, -1)
-    for t, tap in enumerate(np.ndindex(*kernel)):
-        src = xp[tap_slices(tap, out, strides, dil)]
-        wt = wv[:, t].reshape((m,) + (1,) * nsp)
-        if t == 0:
-            np.multiply(src, wt, out=y)
-        else:
-            np.multiply(src, wt, out=tmp)
-            y += tmp
-    return y
+    taps = [(tap_slices(tap, out, strides, dil), w.reshape(m, -1)[:, t].reshape((m,) + (1,) * nsp))
+            for t, tap in enumerate(np.ndindex(*kernel))]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        xp = pad_spatial(x, pb, pe)
+        if mult > 1:
+            xp = np.repeat(xp, mult, axis=1)
+        y = np.empty((xp.shape[0], m, *out), dtype=xp.dtype)
+        tmp = np.empty_like(y)
+        for t, (sl, wt) in enumerate(taps):
+            if t == 0:
+                np.multiply(xp[sl], wt, out=y)
+            else:
+                np.multiply(xp[sl], wt, out=tmp)
+                y += tmp
+        return y
+
+    return run
 
 
-def _depthwise2d(x: np.ndarray, w: np.ndarray, mult: int, pb: list[int], out: list[int],
-                 strides: list[int], dil: list[int]) -> np.ndarray:
+def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, mult: int, pb: list[int],
+                      out: list[int], strides: list[int], dil: list[int]) -> ConvRun:
     """2-D depthwise conv on flattened phase planes (see ``phase_planes``): every kernel tap is one
     contiguous slice for all planes at once, so the work is long unit-stride loops or BLAS calls."""
-    if mult > 1:
-        x = np.repeat(x, mult, axis=1)
-    n, m = x.shape[:2]
+    n, c, h, wd = x_shape
+    m = c * mult
     if n == 0 or m == 0:
-        return np.empty((n, m, *out), dtype=x.dtype)
-    kernel = list(w.shape[2:])
-    flat, offsets, wq = phase_planes(x, pb, out, strides, dil, kernel)
+        return lambda x: np.empty((n, m, *out), dtype=dtype)
+    kernel = tuple(w.shape[2:])
+    _, phases_w, hq, wq, _, offsets = phase_plan(h, wd, tuple(pb), tuple(out), tuple(strides), tuple(dil), kernel)
     length = out[0] * wq
     ktaps = len(offsets)
     wv = w.reshape(m, ktaps)
-    if length <= _DW_GEMM_MAX_PIXELS:
-        # gather the taps of a cache-sized block of channels; one batched BLAS call does the sums
-        y = empty((n, m, 1, length), x.dtype)
-        cb = max(1, min(_COLS_BYTES // (n * ktaps * length * x.itemsize), -(-m // current_threads())))
-        grids, perm = _tap_grids(tuple(offsets), tuple(kernel))
-        wb = np.ascontiguousarray(wv[:, perm]).reshape(m, 1, ktaps)
-        flat = np.ascontiguousarray(flat)
-        sb, plane, isz = flat.shape[1], flat.shape[-1], flat.itemsize
+
+    def planes(x: np.ndarray) -> np.ndarray:
+        if mult > 1:
+            x = np.repeat(x, mult, axis=1)
+        return phase_planes(x, pb, out, strides, dil, list(kernel))[0]
+
+    if length > _DW_GEMM_MAX_PIXELS:
+        # large planes: two ufunc passes per tap over each channel block's planes
+        wt = np.ascontiguousarray(wv.T).reshape(ktaps, m, 1)
+
+        def run_taps(x: np.ndarray) -> np.ndarray:
+            flat = planes(x)
+            y = empty((n, m, length), dtype)
+
+            def channels(c0: int, c1: int) -> None:
+                yc = y[:, c0:c1]
+                tmp = empty(yc.shape, dtype)
+                for t, (ai, bi, o) in enumerate(offsets):
+                    src = flat[ai, bi, :, c0:c1, o:o + length]
+                    if t == 0:
+                        np.multiply(src, wt[t, c0:c1], out=yc)
+                    else:
+                        np.multiply(src, wt[t, c0:c1], out=tmp)
+                        yc += tmp
+
+            parallel(channels, m, 2 * n * m * ktaps * length)
+            return drop_columns(y, out, wq, copy=False)
+
+        return run_taps
+    # gather the taps of a cache-sized block of channels; one batched BLAS call does the sums
+    isz = np.dtype(dtype).itemsize
+    cb = max(1, min(_COLS_BYTES // (n * ktaps * length * isz), -(-m // current_threads())))
+    grids, perm = _tap_grids(offsets, kernel)
+    wb = np.ascontiguousarray(wv[:, perm]).reshape(m, 1, ktaps)
+    plane, sb = hq * wq, len(phases_w)
+
+    def run_gemm(x: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(planes(x))
+        y = empty((n, m, 1, length), dtype)
 
         def blocks(b0: int, b1: int) -> None:
-            cols = np.empty((n, min(cb, m), ktaps, length), dtype=x.dtype)
+            cols = np.empty((n, min(cb, m), ktaps, length), dtype=dtype)
             for c0 in range(b0 * cb, min(m, b1 * cb), cb):
                 c1 = min(m, c0 + cb)
                 cc = cols[:, :c1 - c0]
                 for ai, bi, o, nr, nc, rs, cs, t0 in grids:
                     # the taps of one phase plane are a (rows x cols) grid of offsets: one copy of a
                     # strided window view (over the contiguous ``flat``) gathers them all
-                    view = np.ndarray((n, c1 - c0, nr, nc, length), dtype=flat.dtype, buffer=flat,
+                    view = np.ndarray((n, c1 - c0, nr, nc, length), dtype=dtype, buffer=flat,
                                       offset=(((ai * sb + bi) * n * m + c0) * plane + o) * isz,
                                       strides=(m * plane * isz, plane * isz, rs * isz, cs * isz, isz))
                     cc[:, :, t0:t0 + nr * nc].reshape(n, c1 - c0, nr, nc, length)[...] = view
@@ -128,23 +172,8 @@ def _depthwise2d(x: np.ndarray, w: np.ndarray, mult: int, pb: list[int], out: li
 
         parallel(blocks, -(-m // cb), 2 * n * m * ktaps * length)
         return drop_columns(y.reshape(n, m, length), out, wq, copy=False)
-    # large planes: two ufunc passes per tap over each channel block's planes
-    y = empty((n, m, length), x.dtype)
 
-    def channels(c0: int, c1: int) -> None:
-        yc = y[:, c0:c1]
-        tmp = np.empty_like(yc)
-        for t, (ai, bi, o) in enumerate(offsets):
-            src = flat[ai, bi, :, c0:c1, o:o + length]
-            wt = wv[c0:c1, t].reshape(c1 - c0, 1)
-            if t == 0:
-                np.multiply(src, wt, out=yc)
-            else:
-                np.multiply(src, wt, out=tmp)
-                yc += tmp
-
-    parallel(channels, m, 2 * n * m * ktaps * length)
-    return drop_columns(y, out, wq, copy=False)
+    return run_gemm
 
 
 @functools.lru_cache(maxsize=256)
@@ -242,121 +271,161 @@ _SHIFT_BAND_BYTES = 1 << 20
 _SHIFT_MIN_CHANNELS = 8
 
 
-def _conv_shifted(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int], strides: list[int],
-                  dil: list[int]) -> np.ndarray:
+def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, pb: list[int], out: list[int],
+                       strides: list[int], dil: list[int]) -> ConvRun:
     """2-D ungrouped convolution without im2col: on ``phase_planes`` every kernel tap reads one
     contiguous slice of every input plane, a BLAS-ready (C, L) view, so the convolution is a sum
     of one GEMM per tap, W[:, :, tap] @ X_shifted, accumulated over cache-sized column bands."""
-    n, c = x.shape[:2]
+    n, c, h, wd = x_shape
     m = w.shape[0]
-    kernel = list(w.shape[2:])
-    flat, offsets, wq = phase_planes(x, pb, out, strides, dil, kernel)
+    kernel = tuple(w.shape[2:])
+    *_, wq, _, offsets = phase_plan(h, wd, tuple(pb), tuple(out), tuple(strides), tuple(dil), kernel)
     length = out[0] * wq
     wt = np.ascontiguousarray(w.reshape(m, c, -1).transpose(2, 0, 1))
-    y = empty((n, m, length), x.dtype)
-    band = max(64, min(_SHIFT_BAND_BYTES // ((c + 2 * m) * x.itemsize), -(-n * length // current_threads())))
+    isz = np.dtype(dtype).itemsize
+    band = max(64, min(_SHIFT_BAND_BYTES // ((c + 2 * m) * isz), -(-n * length // current_threads())))
     nbands = -(-length // band)
 
-    def bands(k0: int, k1: int) -> None:
-        tmp = np.empty((m, min(band, length)), dtype=x.dtype)
-        for k in range(k0, k1):
-            b, l0 = divmod(k, nbands)
-            l0 *= band
-            l1 = min(length, l0 + band)
-            yb = y[b, :, l0:l1]
-            tb = tmp[:, :l1 - l0]
-            for t, (ai, bi, o) in enumerate(offsets):
-                src = flat[ai, bi, b, :, o + l0:o + l1]
-                if t == 0:
-                    np.matmul(wt[t], src, out=yb)
-                else:
-                    np.matmul(wt[t], src, out=tb)
-                    yb += tb
+    def run(x: np.ndarray) -> np.ndarray:
+        flat = phase_planes(x, pb, out, strides, dil, list(kernel))[0]
+        y = empty((n, m, length), dtype)
 
-    parallel(bands, n * nbands, n * m * c * len(offsets) * length)
-    return drop_columns(y, out, wq, copy=False)
+        def bands(k0: int, k1: int) -> None:
+            tmp = np.empty((m, min(band, length)), dtype=dtype)
+            for k in range(k0, k1):
+                b, l0 = divmod(k, nbands)
+                l0 *= band
+                l1 = min(length, l0 + band)
+                yb = y[b, :, l0:l1]
+                tb = tmp[:, :l1 - l0]
+                for t, (ai, bi, o) in enumerate(offsets):
+                    src = flat[ai, bi, b, :, o + l0:o + l1]
+                    if t == 0:
+                        np.matmul(wt[t], src, out=yb)
+                    else:
+                        np.matmul(wt[t], src, out=tb)
+                        yb += tb
+
+        parallel(bands, n * nbands, n * m * c * len(offsets) * length)
+        return drop_columns(y, out, wq, copy=False)
+
+    return run
 
 
-def _conv_phase_cols(x: np.ndarray, w: np.ndarray, pb: list[int], out: list[int], strides: list[int],
-                     dil: list[int]) -> np.ndarray:
+def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, pb: list[int],
+                          out: list[int], strides: list[int], dil: list[int]) -> ConvRun:
     """2-D ungrouped convolution with few input channels: im2col on ``phase_planes``, where the taps
     of one phase plane are a regular grid of contiguous slices (one strided-view copy per grid and
     column band, unit-stride inner loops), then one GEMM of depth C x taps per band."""
-    n, c = x.shape[:2]
+    n, c, h, wd = x_shape
     m = w.shape[0]
-    kernel = list(w.shape[2:])
-    flat, offsets, wq = phase_planes(x, pb, out, strides, dil, kernel)
-    flat = np.ascontiguousarray(flat)
+    kernel = tuple(w.shape[2:])
+    _, phases_w, hq, wq, _, offsets = phase_plan(h, wd, tuple(pb), tuple(out), tuple(strides), tuple(dil), kernel)
     length = out[0] * wq
     ktaps = len(offsets)
-    grids, perm = _tap_grids(tuple(offsets), tuple(kernel))
+    grids, perm = _tap_grids(offsets, kernel)
     wg = np.ascontiguousarray(w.reshape(m, c, ktaps)[:, :, perm]).reshape(m, c * ktaps)
-    y = empty((n, m, length), x.dtype)
-    isz = flat.itemsize
+    isz = np.dtype(dtype).itemsize
     band = max(wq, min(_COLS_BYTES // (c * ktaps * isz), -(-n * length // current_threads())))
     nbands = -(-length // band)
-    sb, plane = flat.shape[1], flat.shape[-1]
+    sb, plane = len(phases_w), hq * wq
 
-    def bands(k0: int, k1: int) -> None:
-        cols = np.empty((c, ktaps, min(band, length)), dtype=x.dtype)
-        for k in range(k0, k1):
-            b, l0 = divmod(k, nbands)
-            l0 *= band
-            lb = min(length, l0 + band) - l0
-            cc = cols[:, :, :lb]
-            for ai, bi, o, nr, nc, rs, cs, t0 in grids:
-                view = np.ndarray((c, nr, nc, lb), dtype=flat.dtype, buffer=flat,
-                                  offset=(((ai * sb + bi) * n + b) * c * plane + o + l0) * isz,
-                                  strides=(plane * isz, rs * isz, cs * isz, isz))
-                cc[:, t0:t0 + nr * nc].reshape(c, nr, nc, lb)[...] = view
-            np.matmul(wg, cc.reshape(c * ktaps, lb), out=y[b, :, l0:l0 + lb])
+    def run(x: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(phase_planes(x, pb, out, strides, dil, list(kernel))[0])
+        y = empty((n, m, length), dtype)
 
-    parallel(bands, n * nbands, n * m * c * ktaps * length)
-    return drop_columns(y, out, wq, copy=False)
+        def bands(k0: int, k1: int) -> None:
+            cols = np.empty((c, ktaps, min(band, length)), dtype=dtype)
+            for k in range(k0, k1):
+                b, l0 = divmod(k, nbands)
+                l0 *= band
+                lb = min(length, l0 + band) - l0
+                cc = cols[:, :, :lb]
+                for ai, bi, o, nr, nc, rs, cs, t0 in grids:
+                    view = np.ndarray((c, nr, nc, lb), dtype=dtype, buffer=flat,
+                                      offset=(((ai * sb + bi) * n + b) * c * plane + o + l0) * isz,
+                                      strides=(plane * isz, rs * isz, cs * isz, isz))
+                    cc[:, t0:t0 + nr * nc].reshape(c, nr, nc, lb)[...] = view
+                np.matmul(wg, cc.reshape(c * ktaps, lb), out=y[b, :, l0:l0 + lb])
+
+        parallel(bands, n * nbands, n * m * c * ktaps * length)
+        return drop_columns(y, out, wq, copy=False)
+
+    return run
 
 
-@register("Conv")
-@half_via_float32
-def k_conv(inputs: list, attrs: dict, opset: int) -> list:
+def _pointwise_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, out: list[int],
+                    strides: list[int]) -> ConvRun:
+    """1x1 convolution without padding: a (batched) GEMM on the input, no im2col."""
+    n, c = x_shape[:2]
+    m = w.shape[0]
+    wg = w.reshape(group, m // group, c // group)
+    cut = None
+    if any(s != 1 for s in strides):
+        cut = (slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
+    if group == 1:
+        wg = wg[0]
+        if n == 1 and cut is None:
+            return lambda x: matmul(wg, x.reshape(c, -1))
+    shape = (n, c, -1) if group == 1 else (n, group, c // group, -1)
+    return lambda x: matmul(wg, (x if cut is None else x[cut]).reshape(shape))
+
+
+def _im2col_plan(w: np.ndarray, group: int, pb: list[int], pe: list[int], out: list[int], strides: list[int],
+                 dil: list[int]) -> ConvRun:
+    kernel = list(w.shape[2:])
+    wg = w.reshape(group, w.shape[0] // group, -1)
+    return lambda x: _conv_im2col(pad_spatial(x, pb, pe), wg, group, kernel, out, strides, dil)
+
+
+def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.ndarray | None,
+              attrs: dict) -> ConvRun:
+    """A Conv of an input of shape ``x_shape`` and float ``dtype`` with weights ``w`` and bias ``b``
+    (or None), resolved once: attributes checked, geometry, algorithm, weight layouts, bias and
+    fused activation. Returns ``run(x) -> y``. ``k_conv`` makes one per call; the CPU path's
+    compiled plan keeps one per input shape, so a run pays only for the arithmetic."""
     op = "Conv"
-    x = need(op, inputs, 0, "X")
-    w = need(op, inputs, 1, "W")
-    b = opt(inputs, 2)
-    if x.ndim < 3:
-        raise fail(op, f"input must be (N, C, spatial...), got shape {x.shape}")
-    if w.ndim != x.ndim:
-        raise fail(op, f"weight rank {w.ndim} does not match input rank {x.ndim}")
-    w = _float_like(op, x, w)
+    dtype = np.dtype(dtype)
+    if len(x_shape) < 3:
+        raise fail(op, f"input must be (N, C, spatial...), got shape {tuple(x_shape)}")
+    if w.ndim != len(x_shape):
+        raise fail(op, f"weight rank {w.ndim} does not match input rank {len(x_shape)}")
+    if w.dtype != dtype:  # a float64 initializer must not promote a float32 graph
+        w = w.astype(dtype)
     group = iattr(attrs, "group", 1)
-    n, c = x.shape[:2]
+    n, c = x_shape[:2]
     m, cg = w.shape[:2]
     if group < 1 or c % group or cg * group != c:
         raise fail(op, f"input channels {c} do not match weight channels {cg} x group {group}")
     if m % group:
         raise fail(op, f"output channels {m} are not divisible by group {group}")
     kernel = list(w.shape[2:])
-    g = geometry(op, x.shape[2:], attrs, kernel)
+    g = geometry(op, x_shape[2:], attrs, kernel)
     nsp = len(kernel)
-    mg = m // group
     if cg == 1 and group == c and group > 1 and nsp == 2:
-        y = _depthwise2d(x, w, m // c, g.pad_begin, g.out, g.strides, g.dilations)
+        body = _depthwise2d_plan(x_shape, dtype, w, m // c, g.pad_begin, g.out, g.strides, g.dilations)
     elif cg == 1 and group == c and group > 1:
-        xp = pad_spatial(x, g.pad_begin, g.pad_end)
-        y = _depthwise(xp, w, m // c, g.out, g.strides, g.dilations)
+        body = _depthwise_plan(w, m // c, g.pad_begin, g.pad_end, g.out, g.strides, g.dilations)
     elif all(k == 1 for k in kernel) and not g.padded:
-        xs = x
-        if any(s != 1 for s in g.strides):
-            xs = x[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s)
-                                                        for o, s in zip(g.out, g.strides))]
-        y = matmul(w.reshape(group, mg, cg), xs.reshape(n, group, cg, -1))
+        body = _pointwise_plan(x_shape, w, group, g.out, g.strides)
     elif group == 1 and nsp == 2 and c >= _SHIFT_MIN_CHANNELS:
-        y = _conv_shifted(x, w, g.pad_begin, g.out, g.strides, g.dilations)
+        body = _conv_shifted_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)
     elif group == 1 and nsp == 2:
-        y = _conv_phase_cols(x, w, g.pad_begin, g.out, g.strides, g.dilations)
+        body = _conv_phase_cols_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)
     else:
-        xp = pad_spatial(x, g.pad_begin, g.pad_end)
-        y = _conv_im2col(xp, w.reshape(group, mg, -1), group, kernel, g.out, g.strides, g.dilations)
-    return [_epilogue(y.reshape(n, m, *g.out), b, m, op, attrs.get("_act"))]
+        body = _im2col_plan(w, group, g.pad_begin, g.pad_end, g.out, g.strides, g.dilations)
+    out_shape = (n, m, *g.out)
+    bias = _bias(op, b, m, len(out_shape), dtype)
+    act = activation_function(attrs.get("_act"))
+    return lambda x: _epilogue(body(x).reshape(out_shape), bias, act)
+
+
+@register("Conv")
+@half_via_float32
+def k_conv(inputs: list, attrs: dict, opset: int) -> list:
+    x = need("Conv", inputs, 0, "X")
+    w = need("Conv", inputs, 1, "W")
+    return [conv_plan(x.shape, x.dtype, w, opt(inputs, 2), attrs)(x)]
 
 
 @register("ConvTranspose")
@@ -412,6 +481,34 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
         y = buf[(slice(None), slice(None)) + tuple(slice(s, s + u) for s, u in zip(start, out))]
         if y.shape != buf.shape:
             y = np.ascontiguousarray(y)
-    return [_epilogue(y, b, m, op, attrs.get("_act"))]
+    return [_epilogue(y, _bias(op, b, m, y.ndim, y.dtype), activation_function(attrs.get("_act")))]
 
 
+
+
+def conv_node_kernel(inputs: list, attrs: dict) -> Kernel | None:
+    """For a Conv node whose weight (and bias, if any) are constants (``inputs``: constant arrays, None
+    for an absent input, ``RUN_TIME`` for the input tensor), a kernel that keeps one
+    :func:`conv_plan` per input shape, dtype and kernel-thread count; None when the node does not
+    qualify (its weights are computed at run time)."""
+    if len(inputs) < 2 or inputs[0] is not RUN_TIME or not isinstance(inputs[1], np.ndarray) or any(
+            v is RUN_TIME for v in inputs[2:3]):
+        return None
+    w, b = inputs[1], inputs[2] if len(inputs) > 2 else None
+    plans: dict[tuple, ConvRun] = {}
+
+    def run(args: list, attrs: dict, opset: int) -> list:
+        x = args[0]
+        if type(x) is not np.ndarray or x.dtype not in _PLANNED_DTYPES:
+            return k_conv(args, attrs, opset)
+        key = (x.shape, x.dtype, current_threads())
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = conv_plan(x.shape, x.dtype, w, b, attrs)
+        return [plan(x)]
+
+    return run
+
+
+_PLANNED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+NODE_KERNELS["Conv"] = conv_node_kernel

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import reduce
 from typing import Any
 
@@ -96,40 +97,49 @@ def _scalar(v: Any) -> Any:
     return v
 
 
-def _act_impl(x: np.ndarray, name: str, p: dict[str, Any], out: np.ndarray | None) -> np.ndarray:
-    return elementwise(lambda xp, op: _act_part(xp, name, p, op), x, out)
+Activation = Callable[[np.ndarray, "np.ndarray | None"], np.ndarray]
 
 
-def _act_part(x: np.ndarray, name: str, p: dict[str, Any], out: np.ndarray | None) -> np.ndarray:
+def activation_function(act: tuple[str, dict] | None) -> Activation | None:
+    """A fused activation ``(op_type, params)`` as ``fn(x, out)`` with its parameters bound (None for
+    no activation), so a caller that applies it many times resolves it once."""
+    if act is None:
+        return None
+    name, p = act
+    p = p or {}
     if name == "Relu":
-        return _relu(x, out)
+        return _relu
     if name == "Clip":
-        return _clip(x, out, p.get("min"), p.get("max"))
+        lo, hi = p.get("min"), p.get("max")
+        return lambda x, out: _clip(x, out, lo, hi)
     if name == "LeakyRelu":
-        return _leaky_relu(x, out, float(_scalar(p.get("alpha", 0.01))))
+        alpha = float(_scalar(p.get("alpha", 0.01)))
+        return lambda x, out: _leaky_relu(x, out, alpha)
     if name == "HardSigmoid":
-        return _hard_sigmoid(x, out, float(_scalar(p.get("alpha", 0.2))), float(_scalar(p.get("beta", 0.5))))
+        alpha, beta = float(_scalar(p.get("alpha", 0.2))), float(_scalar(p.get("beta", 0.5)))
+        return lambda x, out: _hard_sigmoid(x, out, alpha, beta)
     if name == "HardSwish":
-        return _hard_swish(x, out)
+        return _hard_swish
     if name == "Sigmoid":
-        return _sigmoid(x, out)
+        return _sigmoid
     if name == "Tanh":
-        return _tanh(x, out)
+        return _tanh
     raise FallbackError(f"fused activation {name!r} is not supported")
 
 
-def apply_activation(x: np.ndarray, act: tuple[str, dict] | None) -> np.ndarray:
-    """Apply a fused activation ``(op_type, params)`` to ``x``, in place when ``x`` is writable.
+def apply_activation(x: np.ndarray, act: tuple[str, dict] | Activation | None) -> np.ndarray:
+    """Apply a fused activation (``(op_type, params)``, or what :func:`activation_function` made of
+    one) to ``x``, in place when ``x`` is writable.
 
     Returns the result (``x`` itself when done in place).
     """
-    if act is None:
+    fn = activation_function(act) if isinstance(act, tuple) else act
+    if fn is None:
         return x
-    name, params = act
     x = np.asarray(x)
     if x.ndim == 0 or not x.flags.writeable:
-        return np.asarray(_act_impl(x, name, params or {}, None))
-    return _act_impl(x, name, params or {}, x)
+        return np.asarray(elementwise(fn, x, None))
+    return elementwise(fn, x, x)
 
 
 @register("Relu")

@@ -686,3 +686,43 @@ def test_interface():
                 "Log", "Sqrt", "Neg", "Abs", "Erf", "Pow", "Sum", "Max", "Min", "Mean"}
     assert required <= ops
     assert set(fallback.KERNELS) == set(ops)
+
+
+# ----------------------------------------------------------------------------- node kernels
+NODE_CONV_CASES = [
+    # (weight shape, attrs, two input shapes): one per branch of fallback.conv
+    ((6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1]), [(1, 6, 9, 11), (2, 6, 5, 4)]),  # depthwise, gathered taps
+    ((4, 1, 3, 3), dict(group=4, pads=[1, 0, 1, 2]), [(1, 4, 150, 130), (1, 4, 7, 7)]),  # large planes
+    ((6, 1, 3), dict(group=3, pads=[1, 1]), [(1, 3, 17), (2, 3, 5)]),  # depthwise rank 3, multiplier 2
+    ((8, 4, 1, 1), dict(strides=[2, 2]), [(1, 4, 9, 9), (3, 4, 4, 6)]),  # pointwise
+    ((8, 2, 1, 1), dict(group=2), [(1, 4, 5, 5), (2, 4, 3, 1)]),  # grouped pointwise
+    ((5, 9, 3, 3), dict(pads=[2, 1, 0, 1], dilations=[2, 1]), [(1, 9, 12, 10), (2, 9, 8, 7)]),  # shifted GEMMs
+    ((5, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), [(1, 3, 16, 15), (2, 3, 6, 9)]),  # stem
+    ((6, 2, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), [(1, 4, 8, 8), (1, 4, 5, 9)]),  # im2col
+]
+
+
+@pytest.mark.parametrize("case", range(len(NODE_CONV_CASES)))
+@pytest.mark.parametrize("act", [None, ("HardSwish", {})])
+def test_conv_node_kernel_matches_run_node_for_each_input_shape(case: int, act: tuple | None) -> None:
+    """A Conv node kernel (weights bound, one plan per input shape) computes what ``run_node`` does, NaN
+    and Inf included, for each of two input shapes and again for the first (its cached plan)."""
+    wshape, attrs, shapes = NODE_CONV_CASES[case]
+    attrs = dict(attrs, _act=act) if act else attrs
+    w, b = rand(*wshape, seed=case, lo=-1), rand(wshape[0], seed=50 + case, lo=-1)
+    kernel = fallback.node_kernel("Conv", "", [fallback.RUN_TIME, w, b], attrs)
+    assert kernel is not fallback.kernel_for("Conv")
+    for shape in shapes + shapes[:1]:
+        x = rand(*shape, seed=len(shape), lo=-1)
+        x.reshape(-1)[[0, x.size // 2]] = [np.nan, np.inf]
+        with np.errstate(all="ignore"):
+            got = kernel([x, w, b], attrs, 17)[0]
+        np.testing.assert_array_equal(got, run_node("Conv", [x, w, b], attrs)[0])
+
+
+def test_conv_node_kernel_only_for_constant_weights() -> None:
+    assert fallback.node_kernel("Conv", "", [fallback.RUN_TIME] * 2, {}) is fallback.kernel_for("Conv")
+    w, run_time = rand(4, 3, 3, 3), fallback.RUN_TIME
+    assert fallback.node_kernel("Conv", "", [run_time, w, run_time], {}) is fallback.kernel_for("Conv")
+    with pytest.raises(FallbackError, match="channels"):
+        fallback.node_kernel("Conv", "", [fallback.RUN_TIME, w], {})([rand(1, 2, 5, 5)], {}, 17)

@@ -121,7 +121,7 @@ class NumpySegment(Segment):
         producers = {o: n.op_type for n in nodes for o in n.outputs if o}
         readers = {name: len(users) for name, users in graph.consumers().items()}
         self._plan = [
-            _Step(node, self._kernel(node, graph.opset, producers, readers, keep),
+            _Step(node, self._kernel(node, graph, producers, readers, keep),
                   tuple((None, None) if not n else (None, graph.constants[n]) if n in graph.constants else (n, None)
                         for n in node.inputs),
                   tuple(dict.fromkeys(n for n in node.inputs if n and last_use.get(n) == idx and n not in keep
@@ -129,11 +129,15 @@ class NumpySegment(Segment):
             for idx, node in enumerate(nodes)]
 
     @staticmethod
-    def _kernel(node: Node, opset: int, producers: dict[str, str], readers: dict[str, int], keep: set[str]) -> Any:
-        """The node's kernel, or its in-place form (see ``_in_place``) when an operand qualifies:
-        produced in this segment by a fresh-output op (nodes are in topological order, so before this
-        one), not a segment or graph output, and read by no other node of the graph."""
-        kernel = fallback.kernel_for(node.op_type, node.domain)
+    def _kernel(node: Node, graph: Graph, producers: dict[str, str], readers: dict[str, int], keep: set[str]) -> Any:
+        """The node's kernel (specialised for its constant inputs, see ``fallback.node_kernel``), or
+        its in-place form (see ``_in_place``) when an operand qualifies: produced in this segment by a
+        fresh-output op (nodes are in topological order, so before this one), not a segment or graph
+        output, and read by no other node of the graph."""
+        opset = graph.opset
+        kernel = fallback.node_kernel(node.op_type, node.domain, [
+            None if not n else graph.constants[n] if n in graph.constants else fallback.RUN_TIME
+            for n in node.inputs], node.attrs)
         ufunc = _IN_PLACE_UFUNCS.get(node.op_type)
         if (ufunc is None or node.domain not in ("", "ai.onnx") or opset < 7 or len(node.inputs) != 2
                 or node.inputs[0] == node.inputs[1]):
