@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import gpubackend
 from gpubackend.paths import compute_quant
 
-PATHS = ["gles31", "vulkan"]
+PATHS = ["gles3", "gles31", "vulkan"]
 
 
 def _qdq_model(op: str, attrs: dict, x_shape: tuple[int, ...], w: np.ndarray, w_scale: np.ndarray,
@@ -193,3 +193,47 @@ def test_conformance_lists_int8_kernels_under_their_own_names() -> None:
     kernels = {c.kernel for c in matrix()}
     assert {"conv_q8", "conv1x1_q8", "depthwise_q8", "convtranspose_q8", "gemm_q8", "matmul_q8",
             "quantize"} <= kernels
+
+
+def test_gles3_int8_weights_in_a_uint_texture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weight blocks too large for a uniform block: the int8 words go into an RGBA32UI texture."""
+    from dataclasses import replace
+
+    from gpubackend.paths import gles3
+
+    real = gles3._limits  # noqa: SLF001
+    monkeypatch.setattr(gles3, "_limits", lambda *a, **k: replace(real(*a, **k), max_uniform_block_size=64))
+    for case, kernel, model, x_shape in CASES:
+        if case not in ("conv3x3_stride2_relu", "depthwise5x5", "gemm_transb"):
+            continue
+        x = _feed(x_shape)
+        want = gpubackend.Session(model, path="cpu", cpu_engine="numpy").run({"x": x})[0]
+        sess = gpubackend.Session(model, path="gles3", fallback=False)
+        got = sess.run({"x": x})[0]
+        seg = sess._current.segments[0]  # noqa: SLF001
+        steps = [s for s in seg.steps if s.kernel.name == kernel]
+        assert steps and all(s.wtex is not None for s in steps), case
+        assert kernel in _kernel_names(sess, "gles3")
+        sess.close()
+        assert _steps(got, want) <= 1, case
+
+
+def test_gles3_reports_int8_weight_bytes() -> None:
+    """explain() counts the device bytes of the weights; int8 words take a quarter of the floats'."""
+    case = next(c for c in CASES if c[0] == "conv1x1")
+    sess = gpubackend.Session(case[2], path="gles3", fallback=False)
+    seg = sess._current.segments[0] if sess._current else None  # noqa: SLF001
+    if seg is None:
+        sess.run({"x": _feed(case[3])})
+        seg = sess._current.segments[0]  # noqa: SLF001
+    assert "device weight bytes per segment: gles3=" in sess.explain()
+    (step,) = [s for s in seg.steps if s.kernel.name == "conv1x1_q8"]
+    assert step.kernel.weights.dtype == np.uint32
+    from gpubackend.paths.gles3 import kernels
+
+    float_kernel = kernels.conv(step.node, sess._current.graph, kernels.Limits())  # noqa: SLF001
+    assert float_kernel.weights.dtype == np.float32
+    # 3 output slices; 7 inputs padded to 8 weight vectors: as floats 8 vec4 + the bias, as int8
+    # 2 uvec4 of words + the bias and the scale
+    assert (step.kernel.weights.nbytes, float_kernel.weights.nbytes) == (3 * 4 * 16, 3 * 9 * 16)
+    sess.close()

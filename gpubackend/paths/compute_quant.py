@@ -168,12 +168,13 @@ def weight_bytes(records: list[ck.Record]) -> int:
 
 
 def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[str, np.ndarray]],
-           precision: str = "fp32") -> float:
-    """The int8 canary of a compute path: Quantize -> Dequantize -> Conv with int8 weights (3x3,
+           precision: str = "fp32", kernel_of: Callable[[Node, Graph], str | None] | None = None) -> float:
+    """The int8 canary of a GPU path: Quantize -> Dequantize -> Conv with int8 weights (3x3,
     per-channel scales, extreme weights) -> Quantize, run by ``run(nodes, graph, feeds,
     precision)``, against ``fallback``. Returns the conv's max relative error (the probe's
     tolerance applies); raises if the quantized output is more than one step away or the conv did
-    not run with int8 weights."""
+    not run with int8 weights (``kernel_of(node, graph)``: the path's kernel name; default the
+    compute paths')."""
     from gpubackend import fallback
 
     from ..model import fold_constants
@@ -196,8 +197,11 @@ def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[s
     dtypes = {"xq": np.dtype(np.int8), "y": np.dtype(np.uint8)}
     graph = Graph(list(nodes), ["x"], ["c", "y"], dict(consts), shapes=shapes, dtypes=dtypes, opset=19)
     fold_constants(graph)  # folds dq_w, recording its scale
-    kernels = [got if isinstance(got, str) else got.kernel for got in (ck.generate(n, graph, precision)
-                                                                          for n in graph.nodes)]
+    if kernel_of is None:
+        kernels = [got if isinstance(got, str) else got.kernel for got in (ck.generate(n, graph, precision)
+                                                                              for n in graph.nodes)]
+    else:
+        kernels = [kernel_of(n, graph) for n in graph.nodes]
     if "conv_q8" not in kernels:
         raise AssertionError(f"int8 canary: the conv ran as {kernels}, not conv_q8")
     got = run(graph.nodes, graph, {"x": x}, precision)

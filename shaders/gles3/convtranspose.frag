@@ -32,6 +32,9 @@ void compute_slots(int n, int g, int oy, int ox, out vec4 r[R_OUT]) {
         }
     }
 #endif
+#ifdef QW
+    conv_dequant(acc);  // int8 weights: scale * sum + bias (gpubackend/paths/gles3/quant.py)
+#endif
     for (int p = 0; p < R_OUT; ++p) r[p] = activate(acc[p]);
 }
 

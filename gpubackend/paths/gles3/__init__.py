@@ -20,7 +20,7 @@ from .runtime import Gles3Segment
 DEFAULT_TARGETS = 4
 
 
-def _limits(ctx, targets: int, baked: bool) -> Limits:
+def _limits(ctx, targets: int, baked: bool, fp16: bool = False) -> Limits:
     info = ctx.info
 
     def get(key: str, default: int) -> int:
@@ -33,7 +33,7 @@ def _limits(ctx, targets: int, baked: bool) -> Limits:
                   max_fragment_uniform_blocks=get("GL_MAX_FRAGMENT_UNIFORM_BLOCKS", 12),
                   max_texture_units=get("GL_MAX_TEXTURE_IMAGE_UNITS", 16),
                   ubo_alignment=get("GL_UNIFORM_BUFFER_OFFSET_ALIGNMENT", 256),
-                  targets=targets, baked=baked)
+                  targets=targets, baked=baked, fp16=fp16)
 
 
 class Gles3Path(Path):
@@ -52,7 +52,7 @@ class Gles3Path(Path):
             raise DriverUnavailable(f"gles3 needs OpenGL ES 3.0 (context version {ctx.version_code})")
         self.dtype = "f2" if precision == "fp16" else "f4"
         self._check_renderable(DriverUnavailable)
-        self.limits = _limits(ctx, targets, baked)
+        self.limits = _limits(ctx, targets, baked, self.dtype == "f2")
 
     def _check_renderable(self, error: type[Exception]) -> None:
         fmt = "RGBA16F" if self.dtype == "f2" else "RGBA32F"
@@ -164,4 +164,19 @@ def canary(precision: str = "fp32") -> float:
     return worst
 
 
-__all__ = ["Gles3Path", "create", "canary", "kernel_name", "DEFAULT_TARGETS"]
+def canary_int8(precision: str = "fp32") -> float:
+    """The int8 kernels (int8 weights in uint words, Quantize/DequantizeLinear) against ``fallback``."""
+    from ..base import RunStats
+    from ..compute_quant import canary as int8_canary
+
+    def run(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], prec: str) -> dict[str, np.ndarray]:
+        seg = Gles3Path(prec).compile(nodes, graph, list(feeds), graph.outputs)
+        try:
+            return seg.run(feeds, RunStats())
+        finally:
+            seg.close()
+
+    return int8_canary(run, precision, kernel_name)
+
+
+__all__ = ["Gles3Path", "create", "canary", "canary_int8", "kernel_name", "DEFAULT_TARGETS"]

@@ -40,6 +40,7 @@ class Limits:
     ubo_alignment: int = 256
     targets: int = 4  # render targets per pass (measured; see benchmarks/bench_gles3.py)
     baked: bool = True  # shape values as constants (True) or uniforms (False)
+    fp16: bool = False  # feature maps in RGBA16F textures (precision "fp16")
 
     @property
     def planes(self) -> int:
@@ -165,6 +166,8 @@ def _weight_mode(nw: int, lim: Limits) -> str:
 
 
 def _wv(mode: str, p: int, idx: str) -> str:
+    if mode.endswith("_q8"):  # int8 weights: quant.weight_decls_q8 defines wq<p>()
+        return f"wq{p}({idx})"
     return f"W{p}[{idx}]" if mode == "ubo" else f"wtex({p}, {idx})"
 
 
@@ -183,7 +186,9 @@ def _conv_code(kind: str, x: TexLayout, out: TexLayout, mode: str, nw: int, cig:
     """conv_init(g, acc) and conv_pixel(n, g, iy, ix, k, acc), unrolled over output targets (and
     input planes) so every weight index depends on uniforms and loop counters only."""
     r = out.planes
-    init = "\n".join(f"    acc[{p}] = {_wv(mode, p, str(nw - 1))};" for p in range(r))
+    # int8 weights start from zero; conv_dequant() applies scale and bias after the sum
+    init = "\n".join(f"    acc[{p}] = " + ("vec4(0.0)" if mode.endswith("_q8") else _wv(mode, p, str(nw - 1))) + ";"
+                     for p in range(r))
     lines = [f"void conv_init(int g, out vec4 acc[R_OUT]) {{\n{init}\n}}",
              "void conv_pixel(int n, int g, int iy, int ix, int k, bool inside, inout vec4 acc[R_OUT]) {"]
     if kind == "dense":
@@ -264,7 +269,10 @@ def _pack_weights(blocks: np.ndarray, bias: np.ndarray, out: TexLayout) -> np.nd
 
 def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarray, bias: np.ndarray | None,
                  out_shape: tuple[int, ...], strides: list[int], dil: list[int], pads: list[int], group: int,
-                 transpose: bool, act: ops.Activation | None, name: str) -> Kernel | str:
+                 transpose: bool, act: ops.Activation | None, name: str,
+                 qscale: np.ndarray | None = None) -> Kernel | str:
+    """One convolution-family kernel; with ``qscale`` (the weights' dequantisation scale per
+    output channel) the weights are kept as int8, four to a 32-bit word (:mod:`.quant`)."""
     xs = _shape(graph, x_name)
     x = layout_of(xs, lim)
     if isinstance(x, str):
@@ -307,13 +315,22 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
         cig, cog = cin // group, cout // group
         blocks = wt.reshape(cout, cig, k).transpose(0, 2, 1).reshape(cout, k * cig)
     nw = blocks.shape[1] + 1
-    mode = _weight_mode(nw, lim)
+    if qscale is not None:
+        from . import quant
+
+        weights = quant.pack_weights_q8(blocks, bias, qscale, out)
+        mode = _weight_mode(weights.shape[1], lim)
+        access = mode + "_q8"
+        weight_decls = quant.weight_decls_q8(mode, out.planes, weights.shape[1])
+    else:
+        weights = _pack_weights(blocks, bias, out)
+        mode = access = _weight_mode(nw, lim)
+        weight_decls = _weight_decls(mode, out.planes, nw)
     if kind == "depthwise" and (x.planes != out.planes or x.slots != out.slots):
         return "depthwise input/output layouts differ"
     loop = (x.slices * 4 if kind != "grouped" else cig * 16) * k
     if loop > MAX_LOOP * 16:
         return f"{loop} multiply-adds per output pixel is too long for one fragment"
-    weights = _pack_weights(blocks, bias, out)
     if mode == "texture" and weights.size // 4 > 1024 * lim.max_texture_size:
         return "weights do not fit a texture"
     consts = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "DH": dil[0], "DW": dil[1],
@@ -324,9 +341,10 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
     # every tap inside the input (no padding, window within bounds): no select needed
     always_inside = not transpose and not any(pads) and \
         (out.h - 1) * strides[0] + (kh - 1) * dil[0] < x.h and (out.w - 1) * strides[1] + (kw - 1) * dil[1] < x.w
-    decls = _weight_decls(mode, out.planes, nw) + "\n" + _conv_code(kind, x, out, mode, nw, cig, cog,
-                                                                       unrolled, kh, kw, always_inside)
+    decls = weight_decls + "\n" + _conv_code(kind, x, out, access, nw, cig, cog, unrolled, kh, kw, always_inside)
     defines = activation_defines(None if act is None else act.spec)
+    if qscale is not None:
+        defines["QW"] = 1
     if unrolled:
         defines["CONV_UNROLLED"] = True
     src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, True,
@@ -358,26 +376,28 @@ def _conv_operands(node: Node, graph: Graph, what: str):
     return w, bias, ys, rec
 
 
-def conv(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+def conv(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
     operands = _conv_operands(node, graph, "convolution")
     if isinstance(operands, str):
         return operands
     w, bias, ys, rec = operands
-    name = kernel_name(node, graph) or "conv"
+    name = conv_kind(node, graph)
     return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, list(rec.strides), list(rec.dilations),
-                        list(rec.pads_begin), rec.group, False, rec.act, name)
+                        list(rec.pads_begin), rec.group, False, rec.act,
+                        name if qscale is None else name + "_q8", qscale)
 
 
-def conv_transpose(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+def conv_transpose(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
     operands = _conv_operands(node, graph, "ConvTranspose")
     if isinstance(operands, str):
         return operands
     w, bias, ys, rec = operands
     return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, list(rec.strides), list(rec.dilations),
-                        list(rec.pads_begin), rec.group, True, rec.act, "convtranspose")
+                        list(rec.pads_begin), rec.group, True, rec.act,
+                        "convtranspose" if qscale is None else "convtranspose_q8", qscale)
 
 
-def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+def gemm(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
     """Gemm / MatMul with a constant right operand: a 1x1 convolution of the [M, K] input."""
     a_name = node.inputs[0]
     b = _const(graph, node, 1)
@@ -411,9 +431,9 @@ def gemm(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return f"inner dimensions differ ({xs[1]} vs {k})"
     w = np.ascontiguousarray(b.T.reshape(nout, k, 1, 1), np.float32)
     ys = (xs[0], nout)
-    name = "gemm" if node.op_type == "Gemm" else "matmul"
+    name = ("gemm" if node.op_type == "Gemm" else "matmul") + ("_q8" if qscale is not None else "")
     return _conv_kernel(node, graph, lim, a_name, w, c, ys, [1, 1], [1, 1], [0, 0, 0, 0], 1, False,
-                        rec.act, name)
+                        rec.act, name, qscale)
 
 
 # ---- elementwise -------------------------------------------------------------------------------
@@ -727,7 +747,7 @@ def alias(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 def _check(node: Node, graph: Graph) -> str | None:
     if not node.inputs or not node.inputs[0]:
         return "no data input"
-    bad = _check_float(graph, _float_checked(node))
+    bad = _check_float(graph, quant.float_tensors(node) if node.op_type in quant.QDQ_OPS else _float_checked(node))
     if bad:
         return bad
     if node.inputs[0] in graph.constants and node.op_type not in ("Concat", "Sum", "Mean", "Max", "Min",
@@ -766,18 +786,27 @@ REGISTRY = KernelRegistry("gles3", {
 }, check=_check)
 
 
+def conv_kind(node: Node, graph: Graph) -> str:
+    """conv1x1, depthwise or conv: the float Conv kernel's name for ``node``."""
+    w = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    rec = ops.lower(node, graph)
+    group = rec.group if isinstance(rec, ops.ConvRecord) else 1
+    if w is not None and w.ndim == 4 and group > 1:
+        return "depthwise" if w.shape[1] == 1 and w.shape[0] == group else "conv"
+    if w is not None and w.ndim == 4 and w.shape[2] == w.shape[3] == 1:
+        return "conv1x1"
+    return "conv"
+
+
 def kernel_name(node: Node, graph: Graph) -> str | None:
     """The short kernel name this path would use for ``node`` (None: no kernel)."""
     op = node.op_type
+    if op in quant.WEIGHT_OPS and node.inputs[1:2] and node.inputs[1] in graph.dequantized:
+        got = generate(REGISTRY, node, graph, Limits())  # int8 weights, or the float kernel if those decline
+        if not isinstance(got, str):
+            return got.payload.name
     if op == "Conv":
-        w = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
-        rec = ops.lower(node, graph)
-        group = rec.group if isinstance(rec, ops.ConvRecord) else 1
-        if w is not None and w.ndim == 4 and group > 1:
-            return "depthwise" if w.shape[1] == 1 and w.shape[0] == group else "conv"
-        if w is not None and w.ndim == 4 and w.shape[2] == w.shape[3] == 1:
-            return "conv1x1"
-        return "conv"
+        return conv_kind(node, graph)
     cands = REGISTRY.get(op)
     return cands[0][0] if cands else None
 
@@ -797,3 +826,8 @@ from .index_ops import float_checked as _float_checked  # noqa: E402
 
 for _op, (_name, _gen) in _INDEX_GENERATORS.items():
     REGISTRY.add(_op, _name, _gen)
+
+# int8 (QDQ) candidates: int8-weight convolutions before the float ones, Quantize/DequantizeLinear.
+from . import quant  # noqa: E402
+
+quant.register(REGISTRY)

@@ -62,6 +62,7 @@ class Gles3Segment(Segment):
         self._vaos: dict[int, Any] = {}
         self._consts: list[Storage] = []
         self._closed = False
+        self.weight_bytes = 0  # weights, biases and scales on the device (uniform buffers, textures), for explain()
         self.storage: dict[str, Storage] = {}
         self.layouts: dict[str, TexLayout] = {}  # a shared Storage holds different layouts over time
         vs = vertex_source()
@@ -139,9 +140,10 @@ class Gles3Segment(Segment):
             if k.weight_mode == "ubo":
                 align = max(16, self.lim.ubo_alignment)
                 stride = -(-nw * 16 // align) * align
-                buf = np.zeros((total, stride // 16, 4), np.float32)
+                buf = np.zeros((total, stride // 16, 4), k.weights.dtype)  # float32, or uint32 int8 words
                 buf[:, :nw] = k.weights
                 step.ubo = self.dev.buffer(buf)
+                self.weight_bytes += buf.nbytes
                 step.ubo_stride = stride
                 for p in range(k.out.planes):
                     if f"WB{p}" in members:
@@ -149,10 +151,12 @@ class Gles3Segment(Segment):
             else:
                 flat = k.weights.reshape(-1, 4)
                 rows = -(-flat.shape[0] // 1024)
-                data = np.zeros((rows * 1024, 4), np.float32)
+                data = np.zeros((rows * 1024, 4), k.weights.dtype)
                 data[: flat.shape[0]] = flat
-                step.wtex = self.dev.texture((1024, rows), 4, data.tobytes(), dtype="f4")
+                step.wtex = self.dev.texture((1024, rows), 4, data.tobytes(),
+                                             dtype="u4" if k.weights.dtype == np.uint32 else "f4")
                 step.wtex.filter = (NEAREST, NEAREST)
+                self.weight_bytes += data.nbytes
                 if "WT" in members:
                     uniforms["WT"] = unit
                 unit += 1
