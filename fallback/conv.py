@@ -52,6 +52,9 @@ def _bias(op: str, b: np.ndarray | None, m: int, ndim: int, dtype: np.dtype) -> 
     return b.reshape((1, m) + (1,) * (ndim - 2)).astype(dtype, copy=False)
 
 
+_EPILOGUE_BLOCK_BYTES = 512 << 10
+
+
 def _epilogue(y: np.ndarray, b: np.ndarray | None, act: Activation | None) -> np.ndarray:
     """``act(y + b)`` (``b`` from :func:`_bias`, ``act`` from ``activation_function``), contiguous,
     in one pass per channel block while it is in cache, split over the kernel threads by output
@@ -63,14 +66,21 @@ def _epilogue(y: np.ndarray, b: np.ndarray | None, act: Activation | None) -> np
         return y
     res = y if in_place else empty(y.shape, y.dtype)
 
+    # channel blocks of about _EPILOGUE_BLOCK_BYTES: the bias pass, the activation's passes and its
+    # temporaries stay in cache (measured under load, 1x1 conv 16->32 at 160x160 with HardSwish:
+    # 6.5 -> 3.0 ms; single-pass Relu epilogues unchanged at this size, slower with smaller blocks)
+    block = max(1, _EPILOGUE_BLOCK_BYTES // max(1, y[:, :1].nbytes))
+
     def part(c0: int, c1: int) -> None:
-        src, dst = y[:, c0:c1], res[:, c0:c1]
-        if b is not None:
-            np.add(src, b[:, c0:c1], out=dst)
-        elif not in_place:
-            np.copyto(dst, src)
-        if act is not None:
-            apply_activation(dst, act)
+        for b0 in range(c0, c1, block):
+            b1 = min(c1, b0 + block)
+            src, dst = y[:, b0:b1], res[:, b0:b1]
+            if b is not None:
+                np.add(src, b[:, b0:b1], out=dst)
+            elif not in_place:
+                np.copyto(dst, src)
+            if act is not None:
+                apply_activation(dst, act)
 
     parallel(part, y.shape[1], y.size * (1 + (b is not None) + 3 * (act is not None)))  # passes per element
     return res

@@ -726,3 +726,21 @@ def test_conv_node_kernel_only_for_constant_weights() -> None:
     assert fallback.node_kernel("Conv", "", [run_time, w, run_time], {}) is fallback.kernel_for("Conv")
     with pytest.raises(FallbackError, match="channels"):
         fallback.node_kernel("Conv", "", [fallback.RUN_TIME, w], {})([rand(1, 2, 5, 5)], {}, 17)
+
+
+@pytest.mark.parametrize("act", [("HardSwish", {}), ("Sigmoid", {}), ("Clip", {"min": 0.0, "max": 6.0})])
+def test_conv_epilogue_in_channel_blocks_matches_one_block(act: tuple, monkeypatch) -> None:
+    """The bias + activation epilogue runs per block of channels; one channel per block (and the
+    phase-plane paths' strided outputs) give what one block does, NaN and Inf included."""
+    import gpubackend.fallback.conv as conv_module
+
+    x = rand(2, 5, 11, 9, seed=3, lo=-2, hi=2)
+    x.reshape(-1)[[4, 300, -7]] = [np.nan, np.inf, -np.inf]
+    for w, attrs in [(rand(6, 5, 1, 1, seed=4, lo=-1), {}), (rand(6, 5, 3, 3, seed=5, lo=-1), dict(pads=[1] * 4))]:
+        args = [x, w, rand(6, seed=6, lo=-1)]
+        whole = run_node("Conv", args, dict(attrs, _act=act))[0]
+        monkeypatch.setattr(conv_module, "_EPILOGUE_BLOCK_BYTES", 1)
+        blocks = run_node("Conv", args, dict(attrs, _act=act))[0]
+        monkeypatch.undo()
+        np.testing.assert_array_equal(blocks, whole)
+        assert np.isnan(whole).any() and whole.flags.c_contiguous
