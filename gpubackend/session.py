@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import onnx
 
-from . import isolation, kernel_check, limits, worker
+from . import isolation, kernel_check, limits, tuning, worker
 from .device_tensor import DeviceTensor, GLTextureTensor
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
@@ -25,6 +25,7 @@ from .options import SessionOptions, override_free_dimensions
 from .paths import GPU_PATH_KEYS, PATH_KEYS, create_path, path_module
 from .paths.base import Path, RunStats, Segment
 from .paths.cpu import resolve_engine
+from .paths.kernel_contract import KernelCache
 from .planner import Plan, place, segment_io
 
 T = TypeVar("T")
@@ -335,6 +336,9 @@ class Session:
                 path = isolation.IsolatedPath(key, self.precision, disabled, self.options)
             else:
                 path = create_path(key, self.precision, disabled, self.options)
+                kernels = getattr(path, "kernels", None)
+                if isinstance(kernels, KernelCache) and self._report is not None:
+                    kernels.tuning = tuning.load(key, self._report.fingerprint)  # this driver's variants
             if key != "cpu" and self.options.kernel_check:
                 path = kernel_check.CheckedPath(path, path_module(key).kernel_name, self._reference_path,
                                                 kernel_check.VerdictStore.for_this_driver())

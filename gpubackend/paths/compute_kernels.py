@@ -29,7 +29,7 @@ import numpy as np
 
 from gpubackend import shaders
 
-from .. import ops
+from .. import ops, tuning
 from ..graph import Graph, Node
 from ..ops import elementwise as ew
 from ..ops.elementwise import ACT_CODES
@@ -37,9 +37,21 @@ from .kernel_contract import Generated, KernelRecord, KernelRegistry, non_float3
 from .kernel_contract import generate as _generate
 
 PRECISIONS = ("fp32", "fp16")
-# Blocking factors; a different choice (e.g. for a real GPU) only changes these defaults.
+# Blocking factors of conv and gemm are tuning variants (output pixels/rows x output-channel blocks
+# of 4 per invocation, workgroup size): the per-device tuning (gpubackend.tuning) picks one per
+# layer shape class; these are the defaults without a tuning record.
 CONV_BX, CONV_CB = 8, 2
 GEMM_PX, GEMM_CB = 8, 2
+
+
+def _blocking_variants(px: str) -> list[tuning.Variant]:
+    out = [tuning.Variant(f"{px.lower()}{b}cb{c}", ((px, b), ("CB", c)))
+           for b, c in ((8, 2), (4, 4), (4, 2), (8, 4), (16, 1))]
+    return out + [tuning.Variant(f"{px.lower()}8cb2w16", ((px, 8), ("CB", 2)), local=16)]
+
+
+tuning.register("conv", _blocking_variants("BX"), {"*": f"bx{CONV_BX}cb{CONV_CB}"})
+tuning.register("gemm", _blocking_variants("PX"), {"*": f"px{GEMM_PX}cb{GEMM_CB}"})
 DW_BX = 4
 DW3_BX = 4  # the 3x3 strip variant (K3S = stride 1 or 2)
 CONVT_CB = 2
@@ -76,6 +88,8 @@ class Kernel(KernelRecord):
     groups: tuple[int, int, int]
     local_size: tuple[int, int, int]
     node: str = ""
+    variant: str = ""  # the tuning variant (blocking, workgroup), "" for kernels without variants
+    variant_why: str = ""  # "tuned 2026-...", "default for llvmpipe", "forced"
 
     @property
     def kernel_name(self) -> str:
@@ -390,17 +404,21 @@ def _gemm_record(node: Node, graph: Graph, precision: str, x: str, y: str, rows:
                  act_rec: ops.Activation | None) -> Kernel:
     """y = x @ wd.T + b with ``to_wd(input 1) -> wd`` (co, ci) and ``to_bias(input bias_idx)``."""
     co4, ci4 = (co + 3) // 4, (ci + 3) // 4
-    cob = -(-co4 // GEMM_CB)
+    choice = tuning.choose("gemm", f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} rows{tuning.bucket(rows)}",
+                           node.name)
+    px, cb = choice.variant.define("PX"), choice.variant.define("CB")
+    cob = -(-co4 // cb)
     act, a0, a1 = _act(act_rec)
-    groups, local = _grid_rows(-(-rows // GEMM_PX), cob, 1)
+    groups, local = _grid_rows(-(-rows // px), cob, 1, choice.variant.local)
     wsrc = _source(graph, node, 1, "the weight", f"{node.name}/w",
-                   lambda w: _pack_blocks(to_wd(w)[:, :, None, None], cob * GEMM_CB))
+                   lambda w: _pack_blocks(to_wd(w)[:, :, None, None], cob * cb))
     bsrc = _source(graph, node, bias_idx, "the bias", f"{node.name}/b",
-                   lambda b: _bias(None if b is None else to_bias(b), co, cob * GEMM_CB))
-    return Kernel(kernel, "compute/gemm.comp", _variant(precision, ACT=act, PX=GEMM_PX, CB=GEMM_CB),
+                   lambda b: _bias(None if b is None else to_bias(b), co, cob * cb))
+    return Kernel(kernel, "compute/gemm.comp", _variant(precision, ACT=act, PX=px, CB=cb),
                   (("rows", rows), ("ci4", ci4), ("co4", co4), ("co", co), ("cob", cob), ("act0", a0), ("act1", a1),
                    ("oc4s", co4), ("oc4o", 0)),
-                  (Binding("in", x), wsrc, bsrc, Binding("out", y)), groups, local, node.name)
+                  (Binding("in", x), wsrc, bsrc, Binding("out", y)), groups, local, node.name,
+                  choice.variant.name, choice.why)
 
 
 def _depthwise(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -437,15 +455,21 @@ def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> lis
         raise Decline(f"weight shape {_shape(graph, node.inputs[1])} does not match {g['ci']} -> {g['co']} "
                       f"channels in {group} groups")
     co4, ci4 = (g["co"] + 3) // 4, (g["ci"] + 3) // 4
-    cbk = CONVT_CB if transpose else CONV_CB
-    cob = -(-co4 // cbk)
     act, a0, a1 = _act(g["act"])
+    choice = None
     if transpose:
+        cbk = CONVT_CB
+        cob = -(-co4 // cbk)
         groups, local = _grid_rows(g["ow"] * g["oh"], cob, g["n"])
         defines = _variant(precision, ACT=act, CB=cbk)
     else:
-        groups, local = _grid_rows(g["oh"] * -(-g["ow"] // CONV_BX), cob, g["n"])
-        defines = _variant(precision, ACT=act, BX=CONV_BX, CB=cbk)
+        shape_class = (f"k{g['kh']}x{g['kw']} s{g['sh']}x{g['sw']} d{g['dh']}x{g['dw']} g{min(group, 2)} "
+                       f"ci{tuning.bucket(g['ci'])} co{tuning.bucket(g['co'])} px{tuning.bucket(g['oh'] * g['ow'])}")
+        choice = tuning.choose("conv", shape_class, node.name)
+        bx, cbk = choice.variant.define("BX"), choice.variant.define("CB")
+        cob = -(-co4 // cbk)
+        groups, local = _grid_rows(g["oh"] * -(-g["ow"] // bx), cob, g["n"], choice.variant.local)
+        defines = _variant(precision, ACT=act, BX=bx, CB=cbk)
     params = tuple((k, g[k]) for k in ("n", "ih", "iw")) + (("ci4", ci4),) + tuple(
         (k, g[k]) for k in ("oh", "ow")) + (("co4", co4), ("co", g["co"])) + tuple(
         (k, g[k]) for k in ("kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw")) + (
@@ -456,7 +480,8 @@ def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> lis
                     _source(graph, node, 1, "the weight", f"{node.name}/w",
                             lambda w: _pack_blocks(_grouped_dense(w, group, transpose), cob * cbk)),
                     _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, g["co"], cob * cbk)),
-                    Binding("out", node.outputs[0])), groups, local, node.name)]
+                    Binding("out", node.outputs[0])), groups, local, node.name,
+                   choice.variant.name if choice else "", choice.why if choice else "")]
 
 
 def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -812,6 +837,12 @@ def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
     return [r for r in out if r is not None]
 
 
+def variant_notes(records: list[Record]) -> list[str]:
+    """``explain()``'s lines on the tuning variants the records run (kernel, variant, why, count)."""
+    return tuning.explain_lines([(r.kernel, r.variant, r.variant_why) for r in records
+                                 if isinstance(r, Kernel) and r.variant])
+
+
 def _check(node: Node, graph: Graph) -> str | None:
     for o in node.outputs[:1]:
         if o:
@@ -854,8 +885,9 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     fused = [0] + [ACT_CODES[op] for op in ew.FUSABLE]
     for prec in PRECISIONS:
         for act in fused:
-            out.append(("compute/conv.comp", _variant(prec, ACT=act, BX=CONV_BX, CB=CONV_CB)))
-            out.append(("compute/gemm.comp", _variant(prec, ACT=act, PX=GEMM_PX, CB=GEMM_CB)))
+            for unit, shader in (("conv", "compute/conv.comp"), ("gemm", "compute/gemm.comp")):
+                blockings = sorted({v.defines for v in tuning.variants(unit)})
+                out += [(shader, _variant(prec, ACT=act, **dict(d))) for d in blockings]
             out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW_BX)))
             for stride in (1, 2):
                 out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW3_BX, K3S=stride)))
@@ -871,7 +903,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
 
 __all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats", "generate",
            "glsl_source",
-           "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variants",
+           "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variant_notes",
+           "variants",
            "vec4_count", "view4"]
 
 # More generators (index-map layout ops, reductions, normalisations, ...) register themselves here;

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import ops
+from .. import ops, tuning
 from ..errors import ModelError
 from ..graph import Graph, Node
 
@@ -155,6 +155,8 @@ class KernelCache:
         self._lazy = lazy_context
         self.disabled = disabled
         self._memo: dict[int, dict[tuple, Generated | str]] = {}
+        # the per-device tuning (gpubackend.tuning.Table) the generators read; None: defaults
+        self.tuning: Any = None
 
     @property
     def context(self) -> Any:
@@ -172,7 +174,8 @@ class KernelCache:
                tuple(n in graph.inputs for n in node.inputs))
         hit = per_node.get(key)
         if hit is None:
-            hit = generate(self.registry, node, graph, self.context, self.disabled)
+            with tuning.active(self.tuning):
+                hit = generate(self.registry, node, graph, self.context, self.disabled)
             if not isinstance(hit, str) and self.accept is not None:
                 hit = self.accept(node, hit, graph) or hit
             per_node[key] = hit

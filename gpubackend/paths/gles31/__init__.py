@@ -159,6 +159,7 @@ class Gles31Segment(Segment):
         self.shapes = {n: tuple(graph.shape(n) or ()) for n in set(inputs) | set(outputs)}
         self.dtypes = {n: ck.tensor_dtype(graph, n) for n in outputs}
         self._owned: list[Any] = []
+        self.notes = ck.variant_notes(records)  # which tuning variant each kernel runs, for explain()
         t0 = time.perf_counter()
         self._build(graph, records, programs, poison)
         self.compile_seconds = time.perf_counter() - t0

@@ -99,6 +99,7 @@ class VulkanSegment(Segment):
         super().__init__(KEY, nodes, inputs, outputs)
         self.precision = precision
         self.shapes = {n: tuple(int(d) for d in graph.shape(n) or ()) for n in [*inputs, *outputs]}
+        self.notes = ck.variant_notes(records)  # which tuning variant each kernel runs, for explain()
         self.program = self._lower(graph, records)
         self.compiled = Compiled(dev, self.program, record_once)
         self.dispatch_count = len(self.program.steps)

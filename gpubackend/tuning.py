@@ -1,0 +1,318 @@
+"""Per-device kernel tuning: which variant of a kernel (register blocking, workgroup size) runs.
+
+A kernel generator that has variants asks :func:`choose` with its tuning unit (``"conv"``,
+``"gemm"``, ...) and the node's *shape class* (a coarse bucket of its geometry, so one measurement
+serves similar layers). The answer comes, in this order, from
+
+1. :func:`forced` (``gpubackend tune`` while it measures, and the tests that run every variant);
+2. the tuning record of this driver (``tuning.json`` beside the probe verdicts in the cache
+   dir), keyed by (driver fingerprint id, path, unit, shape class), written by
+   ``gpubackend tune MODEL``;
+3. the unit's default for the device class (``llvmpipe``/``lavapipe``/... or ``gpu``).
+
+Each record carries its own SHA-256; a record that does not verify, or names a variant that no
+longer exists, is ignored with a warning (the default runs instead); the file is written
+atomically with the probe cache's helpers.
+
+The variants of a unit are registered here with :func:`register` by the module whose generator
+uses them (``paths/compute_kernels.py``), so the tests can run every one of them: the tuning can
+only pick a registered (tested) variant.
+
+Which table a generator sees: the path hands its :class:`Table` to its ``KernelCache``, which
+makes it :func:`active` while it generates (a context variable, so threads do not mix tables).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime
+import json
+import logging
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TUNING_FILE = "tuning.json"
+FORMAT_VERSION = 1
+SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
+
+
+class TuningWarning(UserWarning):
+    """A tuning record or file that could not be trusted was ignored."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant of a kernel: the compile-time ``defines`` it adds and its workgroup size
+    along x (``local``)."""
+
+    name: str
+    defines: tuple[tuple[str, int], ...]
+    local: int = 64
+
+    def define(self, key: str) -> int:
+        return dict(self.defines)[key]
+
+
+@dataclass(frozen=True)
+class Unit:
+    variants: tuple[Variant, ...]
+    defaults: Mapping[str, str]  # device class ("gpu", "llvmpipe", ...; "*" for any) -> variant name
+
+    def variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    def default_for(self, device_class: str) -> Variant:
+        name = self.defaults.get(device_class) or self.defaults["*"]
+        got = self.variant(name)
+        assert got is not None, name
+        return got
+
+
+_UNITS: dict[str, Unit] = {}
+
+
+def register(unit: str, variants: list[Variant], defaults: Mapping[str, str]) -> None:
+    """Declare the variants of ``unit`` and its default per device class (``"*"`` required)."""
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names) or "*" not in defaults or not set(defaults.values()) <= set(names):
+        raise ValueError(f"tuning unit {unit!r}: bad variants {names} or defaults {dict(defaults)}")
+    _UNITS[unit] = Unit(tuple(variants), dict(defaults))
+
+
+def units() -> dict[str, Unit]:
+    """Every registered unit (name -> :class:`Unit`)."""
+    return dict(_UNITS)
+
+
+def variants(unit: str) -> tuple[Variant, ...]:
+    return _UNITS[unit].variants
+
+
+def bucket(n: int) -> int:
+    """``n`` rounded up to a power of two: the granularity of a shape class."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def device_class(fingerprint: Mapping[str, Any] | None) -> str:
+    """``llvmpipe``/``lavapipe``/... for a software renderer, ``gpu`` otherwise, ``unknown``
+    without a fingerprint (one API's part of the probe's fingerprint)."""
+    if not fingerprint:
+        return "unknown"
+    text = f"{fingerprint.get('renderer', '')} {fingerprint.get('driver', '')}".lower()
+    if "llvmpipe" in text and str(fingerprint.get("source", "")) == "vulkaninfo":
+        return "lavapipe"  # Mesa's Vulkan driver reports the llvmpipe renderer name
+    for name in SOFTWARE_RENDERERS:
+        if name in text:
+            return name
+    return "gpu"
+
+
+@dataclass(frozen=True)
+class Choice:
+    variant: Variant
+    why: str  # "tuned 2026-11-24", "default for llvmpipe", "forced"
+
+
+def _digest(record: Mapping[str, Any]) -> str:
+    from capability_probe.cache import _canonical, _digest
+
+    return _digest(_canonical({k: v for k, v in record.items() if k != "sha256"}))
+
+
+def record_key(path: str, unit: str, shape_class: str) -> str:
+    return f"{path}|{unit}|{shape_class}"
+
+
+@dataclass
+class Table:
+    """The tuning of one path on one driver: its verified records and the device class."""
+
+    path: str = ""
+    fingerprint_id: str = ""
+    device_class: str = "unknown"
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def choose(self, unit: str, shape_class: str) -> Choice:
+        u = _UNITS[unit]
+        forced_name = _FORCED.get(unit)
+        if forced_name is not None:
+            v = u.variant(forced_name)
+            if v is None:
+                raise ValueError(f"tuning unit {unit!r} has no variant {forced_name!r}")
+            return Choice(v, "forced")
+        rec = self.records.get(record_key(self.path, unit, shape_class))
+        if rec is not None:
+            v = u.variant(str(rec.get("variant")))
+            if v is not None:
+                return Choice(v, f"tuned {str(rec.get('when', ''))[:10]}")
+            warnings.warn(f"tuning record {record_key(self.path, unit, shape_class)} names variant "
+                          f"{rec.get('variant')!r}, which no longer exists; using the default", TuningWarning,
+                          stacklevel=2)
+            del self.records[record_key(self.path, unit, shape_class)]
+        known = self.device_class != "unknown"
+        return Choice(u.default_for(self.device_class), f"default for {self.device_class}" if known else "default")
+
+
+# ---- which table a generator sees --------------------------------------------------------------
+_ACTIVE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("gpubackend_tuning", default=None)
+_FORCED: dict[str, str] = {}
+_SEEN: list[list[tuple[str, str, str, str]]] = []
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def active(table: Table | None) -> Iterator[None]:
+    """Make ``table`` the one :func:`choose` reads in this thread (``None``: defaults)."""
+    token = _ACTIVE.set(table)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def forced(**choices: str) -> Iterator[None]:
+    """Process-wide: every generator of unit ``k`` uses variant ``v`` for ``k=v`` (for tests and
+    ``gpubackend tune``; paths created meanwhile cache what they generated)."""
+    with _LOCK:
+        for unit, name in choices.items():
+            if unit not in _UNITS or _UNITS[unit].variant(name) is None:
+                raise ValueError(f"no tuning variant {unit}={name}")
+        saved = dict(_FORCED)
+        _FORCED.update(choices)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _FORCED.clear()
+            _FORCED.update(saved)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[tuple[str, str, str, str]]]:
+    """Collects (node, unit, shape class, variant) of every :func:`choose` made meanwhile."""
+    seen: list[tuple[str, str, str, str]] = []
+    with _LOCK:
+        _SEEN.append(seen)
+    try:
+        yield seen
+    finally:
+        with _LOCK:
+            _SEEN.remove(seen)
+
+
+def choose(unit: str, shape_class: str, node: str = "") -> Choice:
+    """The variant of ``unit`` for a node of ``shape_class`` under the active table."""
+    table = _ACTIVE.get() or Table()
+    got = table.choose(unit, shape_class)
+    if _SEEN:
+        with _LOCK:
+            for seen in _SEEN:
+                seen.append((node, unit, shape_class, got.variant.name))
+    return got
+
+
+# ---- the store ------------------------------------------------------------------------------------
+def tuning_file() -> Path:
+    from capability_probe.cache import cache_dir
+
+    return cache_dir() / TUNING_FILE
+
+
+def _read_file() -> dict[str, Any]:
+    path = tuning_file()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"version": FORMAT_VERSION, "drivers": {}}
+    except (OSError, ValueError) as exc:
+        warnings.warn(f"tuning file {path} is unreadable ({exc}); ignored (defaults are used, "
+                      "`gpubackend tune` rewrites it)", TuningWarning, stacklevel=3)
+        return {"version": FORMAT_VERSION, "drivers": {}}
+    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION or not isinstance(data.get("drivers"), dict):
+        warnings.warn(f"tuning file {path} has an unknown layout; ignored", TuningWarning, stacklevel=3)
+        return {"version": FORMAT_VERSION, "drivers": {}}
+    return data
+
+
+def _valid(key: str, rec: Any) -> str | None:
+    if not isinstance(rec, dict):
+        return "not a mapping"
+    if rec.get("sha256") != _digest(rec):
+        return "content hash does not match"
+    if not isinstance(rec.get("variant"), str) or not isinstance(rec.get("seconds", {}), dict):
+        return "malformed"
+    return None
+
+
+def load(path: str, fingerprint: Mapping[str, Any] | None) -> Table:
+    """The :class:`Table` of ``path`` for the driver with this ``fingerprint`` (the probe
+    report's, every API): its verified records; a bad record is left out with a warning."""
+    from capability_probe.verdicts import api_of, fingerprint_id
+
+    fp = dict(fingerprint or {})
+    fid = fingerprint_id(fp, api_of(path))
+    table = Table(path, fid, device_class(fp.get(api_of(path))))
+    if not fid:
+        return table
+    driver = _read_file()["drivers"].get(fid)
+    records = driver.get("records", {}) if isinstance(driver, dict) else {}
+    for key, rec in (records.items() if isinstance(records, dict) else ()):
+        if not isinstance(key, str) or not key.startswith(path + "|"):
+            continue
+        why = _valid(key, rec)
+        if why is not None:
+            warnings.warn(f"tuning record {key!r} in {tuning_file()} ignored: {why}", TuningWarning, stacklevel=2)
+            continue
+        table.records[key] = rec
+    return table
+
+
+def store(table: Table, unit: str, shape_class: str, variant: str, seconds: Mapping[str, float],
+          note: str = "") -> dict[str, Any]:
+    """Record (and write) that ``variant`` is the best of ``unit`` for ``shape_class`` on this
+    table's path and driver; ``seconds``: the measured median per variant."""
+    from capability_probe.cache import atomic_write_json
+
+    if not table.fingerprint_id:
+        raise ValueError(f"no driver fingerprint for {table.path}: nothing to key a tuning record on")
+    if _UNITS[unit].variant(variant) is None:
+        raise ValueError(f"tuning unit {unit!r} has no variant {variant!r}")
+    rec: dict[str, Any] = {"variant": variant, "seconds": {k: float(v) for k, v in seconds.items()},
+                           "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                           "note": note}
+    rec["sha256"] = _digest(rec)
+    key = record_key(table.path, unit, shape_class)
+    with _LOCK:
+        data = _read_file()
+        drv = data["drivers"].setdefault(table.fingerprint_id, {})
+        if not isinstance(drv, dict) or not isinstance(drv.get("records"), dict):
+            drv = data["drivers"][table.fingerprint_id] = {"records": {}}
+        drv["device_class"] = table.device_class
+        drv["records"][key] = rec
+        atomic_write_json(tuning_file(), data)
+    table.records[key] = rec
+    return rec
+
+
+def explain_lines(chosen: list[tuple[str, str, str]]) -> list[str]:
+    """One line per (kernel, variant, why) with its count: what ``explain()`` shows."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for item in chosen:
+        counts[item] = counts.get(item, 0) + 1
+    return [f"variant: {kernel} {variant} x{n} ({why})" for (kernel, variant, why), n in sorted(counts.items())]
+
+
+__all__ = ["Choice", "Table", "TuningWarning", "Unit", "Variant", "active", "bucket", "choose", "device_class",
+           "explain_lines", "forced", "load", "record_key", "recording", "register", "store", "tuning_file",
+           "units", "variants"]

@@ -1,0 +1,137 @@
+"""The per-device tuning (gpubackend.tuning): every registered kernel variant computes the same
+as the reference on gles31 and vulkan (so the tuning can only pick a tested variant), records
+survive a reload, a corrupt record or file is ignored with a warning, and explain() names the
+variant that ran and why."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_ops import Case, _check, _node, _u
+
+import gpubackend
+from gpubackend import tuning
+from gpubackend.paths import compute_kernels  # noqa: F401 - registers the conv and gemm variants
+
+# Awkward shapes for every blocking: channel counts not a multiple of 4 * CB, widths not a
+# multiple of BX, batch 2, stride, dilation, groups, fused activations.
+UNIT_CASES = {
+    "conv": [
+        _node("conv3x3_co21_w19_batch2_relu", "conv", "Conv", [_u(2, 5, 9, 19), _u(21, 5, 3, 3), _u(21)],
+              {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_act": ("Relu", {})}),
+        _node("conv_grouped_strided_dilated_hardswish", "conv", "Conv", [_u(1, 6, 11, 23), _u(18, 2, 3, 3), _u(18)],
+              {"kernel_shape": [3, 3], "group": 3, "strides": [2, 2], "dilations": [2, 2], "pads": [2, 1, 2, 1],
+               "_act": ("HardSwish", {})}),
+    ],
+    "gemm": [
+        _node("conv1x1_co19_rows70_clip", "conv1x1", "Conv", [_u(2, 10, 5, 7), _u(19, 10, 1, 1), _u(19)],
+              {"kernel_shape": [1, 1], "_act": ("Clip", {"min": -0.2, "max": 0.5})}),
+        _node("gemm_37x29x21_transb", "gemm", "Gemm", [_u(37, 29), _u(21, 29), _u(21)], {"transB": 1}),
+        _node("matmul_const_2x5x7_18", "matmul", "MatMul", [_u(2, 5, 7), _u(7, 18)], {}),
+    ],
+}
+# The default tier runs each variant on the first case at fp32; the rest is slow (minutes on llvmpipe).
+VARIANT_PARAMS = [pytest.param(unit, v.name, case, path, prec, id=f"{unit}-{v.name}-{case.id}-{path}-{prec}",
+                               marks=() if (i == 0 and prec == "fp32") else pytest.mark.slow)
+                  for unit, cases in UNIT_CASES.items() for v in tuning.variants(unit) for i, case in enumerate(cases)
+                  for path in ("gles31", "vulkan") for prec in ("fp32", "fp16")]
+
+
+@pytest.mark.parametrize("unit,variant,case,path,precision", VARIANT_PARAMS)
+def test_every_variant_matches_the_reference(unit: str, variant: str, case: Case, path: str, precision: str) -> None:
+    with tuning.forced(**{unit: variant}), tuning.recording() as seen:
+        _check(case, path, precision)
+    assert seen and {v for _, u, _, v in seen if u == unit} == {variant}
+
+
+def test_every_registered_variant_is_tested() -> None:
+    assert set(tuning.units()) == set(UNIT_CASES)
+    for unit in UNIT_CASES:
+        assert len(tuning.variants(unit)) >= 2
+
+
+FP = {"gl": {"vendor": "Mesa/X.org", "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "version": "OpenGL ES 3.2"},
+      "vulkan": {"vendor": "Mesa", "renderer": "llvmpipe (LLVM 15.0.6, 256 bits)", "driver": "llvmpipe",
+                 "source": "vulkaninfo"}}
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBACKEND_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_default_per_device_class(cache) -> None:
+    assert tuning.device_class(FP["gl"]) == "llvmpipe"
+    assert tuning.device_class(FP["vulkan"]) == "lavapipe"
+    assert tuning.device_class({"renderer": "NVIDIA H100"}) == "gpu"
+    table = tuning.load("gles31", FP)
+    got = table.choose("conv", "k3x3 s1x1 d1x1 g1 ci64 co64 px16384")
+    assert got.why == "default for llvmpipe" and got.variant == tuning.units()["conv"].default_for("llvmpipe")
+    assert tuning.load("gles31", {}).choose("gemm", "x").why == "default"
+
+
+def test_record_survives_a_reload_and_keys_on_path_and_driver(cache) -> None:
+    table = tuning.load("vulkan", FP)
+    tuning.store(table, "conv", "k3x3 c", "bx4cb4", {"bx8cb2": 2e-3, "bx4cb4": 1e-3})
+    again = tuning.load("vulkan", FP)
+    got = again.choose("conv", "k3x3 c")
+    assert got.variant.name == "bx4cb4" and got.why.startswith("tuned 20")
+    assert again.choose("conv", "other class").why == "default for lavapipe"
+    assert tuning.load("gles31", FP).choose("conv", "k3x3 c").why == "default for llvmpipe"  # another path
+    other = {"vulkan": dict(FP["vulkan"], renderer="llvmpipe (LLVM 16)")}
+    assert tuning.load("vulkan", other).choose("conv", "k3x3 c").why == "default for lavapipe"  # another driver
+
+
+def test_corrupt_record_is_ignored_with_a_warning(cache) -> None:
+    table = tuning.load("vulkan", FP)
+    tuning.store(table, "conv", "a", "bx4cb4", {"bx4cb4": 1e-3})
+    tuning.store(table, "conv", "b", "bx4cb2", {"bx4cb2": 1e-3})
+    data = json.loads(tuning.tuning_file().read_text())
+    recs = next(iter(data["drivers"].values()))["records"]
+    recs["vulkan|conv|a"]["variant"] = "bx16cb1"  # edited without its hash
+    tuning.tuning_file().write_text(json.dumps(data))
+    with pytest.warns(tuning.TuningWarning, match="content hash"):
+        loaded = tuning.load("vulkan", FP)
+    assert loaded.choose("conv", "a").why == "default for lavapipe"
+    assert loaded.choose("conv", "b").variant.name == "bx4cb2"  # the intact record still counts
+    tuning.tuning_file().write_text("{not json")
+    with pytest.warns(tuning.TuningWarning, match="unreadable"):
+        assert tuning.load("vulkan", FP).choose("conv", "b").why == "default for lavapipe"
+
+
+def test_record_of_a_removed_variant_falls_back_to_the_default(cache) -> None:
+    table = tuning.load("vulkan", FP)
+    tuning.store(table, "conv", "a", "bx4cb4", {"bx4cb4": 1e-3})
+    table.records["vulkan|conv|a"]["variant"] = "bx99cb9"
+    with pytest.warns(tuning.TuningWarning, match="no longer exists"):
+        assert table.choose("conv", "a").why == "default for lavapipe"
+
+
+def _conv_model() -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(_u(12, 8, 3, 3), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="c0", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 10, 10])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_explain_names_the_tuned_variant(tmp_path, monkeypatch, path: str) -> None:
+    monkeypatch.setattr(tuning, "tuning_file", lambda: tmp_path / "tuning.json")
+    model = _conv_model()
+    x = np.random.default_rng(0).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    with gpubackend.Session(model, path=path, fallback=False) as sess:
+        want = sess.run({"x": x})[0]
+        assert "variant: conv bx8cb2 x1 (default for " in sess.explain()
+    table = tuning.load(path, gpubackend.probe().fingerprint)
+    cls = "k3x3 s1x1 d1x1 g1 ci8 co16 px128"
+    tuning.store(table, "conv", cls, "bx4cb4", {"bx4cb4": 1.0})
+    with gpubackend.Session(model, path=path, fallback=False) as sess:
+        got = sess.run({"x": x})[0]
+        assert "variant: conv bx4cb4 x1 (tuned 20" in sess.explain()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
