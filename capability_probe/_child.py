@@ -23,6 +23,7 @@ RESULT_MARK = "@@GPUBACKEND_PROBE_RESULT@@ "
 CANARY_TOL = {"fp32": 1e-3, "fp16": 5e-2}
 TOL_ENV = "GPUBACKEND_CANARY_TOL"
 CANARIES_ENV = "GPUBACKEND_PROBE_CANARIES"  # all (fp32 + fp16, default) | fp32 | none (round trips only)
+IEEE_CHECK = "gpubackend.ieee_check:lost_values"  # run after a path's canaries pass
 
 
 def _exc(e: BaseException) -> str:
@@ -154,9 +155,29 @@ def job_path(path: str, canaries: list[str]) -> dict[str, Any]:
         res["reason"] = f"verified by its basic round trip (canaries off: {CANARIES_ENV}={mode})"
     else:
         res["reason"] = "verified by its basic round trip (no canary registered yet)"
+    if ran:
+        _check_ieee(path, res)
     if res["software"]:
         res["reason"] += "; software renderer (auto prefers cpu)"
     return res
+
+
+def _check_ieee(path: str, res: dict[str, Any]) -> None:
+    """NaN/Inf survival on ``path`` (``gpubackend.ieee_check``): a loss is reported, not fatal."""
+    t = time.perf_counter()
+    try:
+        check = _load_canary(IEEE_CHECK)
+        if check is None:
+            return
+        lost = check(path)
+    except Exception as e:  # noqa: BLE001 - an unchecked path is not a failed one
+        res["features"]["ieee"] = f"not checked: {_exc(e)}"
+        return
+    res["timings"]["ieee_s"] = time.perf_counter() - t
+    res["features"]["ieee"] = lost or "NaN and Inf preserved"
+    if lost:
+        res["ieee_lost"] = lost
+        res["reason"] += f"; {path}: {lost}"
 
 
 def _run_job(name: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +225,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     if "vulkan" in paths:
         jobs.append("vulkan-detect")
     jobs.extend(paths)
+    if config.get("jobs") is not None:  # a retry of the jobs that timed out before
+        jobs = [j for j in config["jobs"] if j in jobs]
     # import the heavy pure-Python parts once, before forking; no driver is loaded here
     import numpy  # noqa: F401
 
@@ -259,7 +282,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         os.waitpid(pid, 0)
         os.close(fd)
         results[name] = {"ok": False, "available": False, "verified": False, "timed_out": True,
-                         "reason": f"hang: no answer within the probe timeout ({timeout:g} s), worker killed"}
+                         "timeout_s": timeout,
+                         "reason": f"timed out: no answer within the probe timeout ({timeout:g} s), worker killed"}
     for name, pid, buf in finished:
         _, status = os.waitpid(pid, 0)
         if os.WIFSIGNALED(status):

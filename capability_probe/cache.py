@@ -223,12 +223,19 @@ def report_problem(key: str, entry: Any) -> str | None:
         err = j.get("canary_error")
         if err is not None and (isinstance(err, bool) or not isinstance(err, (int, float))):
             return f"{p}.canary_error is not a number"
+        if not isinstance(j.get("ieee_lost") or "", str):
+            return f"{p}.ieee_lost is not a string"
         kernels = j.get("disabled_kernels", [])
         if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
             return f"{p}.disabled_kernels is not a list of names"
     for name, j in jobs.items():
         if not isinstance(j, dict):
             return f"job {name!r} is not a mapping"
+        retry_at = j.get("retry_at")
+        if retry_at is not None and (isinstance(retry_at, bool) or not isinstance(retry_at, (int, float))):
+            return f"{name}.retry_at is not a time"
+        if j.get("timed_out") and retry_at is None:
+            return f"{name} timed out without a retry time"
     return None
 
 

@@ -4,6 +4,8 @@ KIND is one of ``absent compile link wrong nan crash hang oom lost``; PATH is a 
 (``gles2 gles3 gles31 vulkan``) or ``gl`` (all three GL tiers). An optional kernel filter,
 ``KIND@PATH:KERNEL[+KERNEL...]`` (e.g. ``wrong@gles3:depthwise``), limits the fault to work done
 for those kernels (see :func:`kernel_scope`); the probe's own round trips are then unaffected.
+An optional ``>WORDS`` suffix (``wrong@gles2:softmax>2048``) limits ``wrong``/``nan`` to
+readbacks of more than that many 32-bit words: a fault that shows only on long axes.
 Every GPU path calls the hooks below at its choke points, so a fault acts in the layer that
 talks to the driver and everything above it runs its real code. The probe's own feature tests
 and round trips call them too.
@@ -21,10 +23,11 @@ wrong      on_readback         a perturbed copy (x*1.01+0.5 on every 7th element
 nan        on_readback         a NaN-filled copy
 crash      on_context,         a real SIGSEGV in the calling process
            on_dispatch
-hang       on_context,         blocks forever (only a timeout or a kill ends it)
-           on_dispatch
+hang       on_context,         blocks forever (only a timeout or a kill ends it); with
+           on_dispatch         ``GPUBACKEND_FAULT_HANG_S``, once for that many seconds (a busy device)
 oom        on_alloc            DeviceOutOfMemory
 lost       on_dispatch         ContextLost
+nanloss    on_readback         NaN read back as 0, +-Inf as +-3.4e38 (as NVIDIA's gles2 did)
 =========  ==================  =======================================================
 
 The environment is read on every call (cheap), so tests may change it between calls.
@@ -44,7 +47,10 @@ import numpy as np
 from .errors import ContextLost, DeviceOutOfMemory, DriverUnavailable, ShaderCompileError, ShaderLinkError
 
 ENV = "GPUBACKEND_FAULT"
+HANG_S_ENV = "GPUBACKEND_FAULT_HANG_S"  # a hang that ends after this many seconds (default: never)
 KINDS = ("absent", "compile", "link", "wrong", "nan", "crash", "hang", "oom", "lost")
+# Faults that touch only NaN/Inf values: the path stays verified, the probe reports the loss.
+QUIET_KINDS = ("nanloss",)
 GL_PATHS = ("gles2", "gles3", "gles31")
 GPU_PATHS = ("vulkan", "gles31", "gles3", "gles2")
 
@@ -53,24 +59,31 @@ def parse_items(spec: str | None = None) -> list[tuple[str, str, frozenset[str]]
     """``"wrong@gles3:depthwise+conv, nan@gl"`` -> ``[("wrong", "gles3", {"depthwise", "conv"}),
     ("nan", "gl", {})]``. The optional ``:KERNEL[+KERNEL...]`` filter (kernel names as the paths'
     ``kernel_name`` gives them) limits the fault to work done inside :func:`kernel_scope` for one
-    of those kernels; without it the fault hits everything. Bad items raise ValueError."""
+    of those kernels; without it the fault hits everything. Bad items raise ValueError.
+    (A ``>WORDS`` size threshold is dropped here; :func:`active` applies it.)"""
+    return [(kind, path, names) for kind, path, names, _ in _parse(spec)]
+
+
+def _parse(spec: str | None) -> list[tuple[str, str, frozenset[str], int]]:
     if spec is None:
         spec = os.environ.get(ENV, "")
-    out: list[tuple[str, str, frozenset[str]]] = []
+    out: list[tuple[str, str, frozenset[str], int]] = []
     for item in spec.split(","):
         item = item.strip()
         if not item:
             continue
         kind, sep, path = item.partition("@")
+        path, gt, words = path.partition(">")
         path, _, kernels = path.partition(":")
         kind, path = kind.strip().lower(), path.strip().lower()
         names = frozenset(k.strip().lower() for k in kernels.split("+") if k.strip())
-        if not sep or kind not in KINDS or path not in (*GPU_PATHS, "gl"):
+        if not sep or kind not in (*KINDS, *QUIET_KINDS) or path not in (*GPU_PATHS, "gl") or \
+                (gt and not words.strip().isdigit()):
             raise ValueError(
-                f"bad {ENV} item {item!r}: expected KIND@PATH[:KERNEL[+KERNEL...]] with KIND in {', '.join(KINDS)} "
-                f"and PATH in {', '.join((*GPU_PATHS, 'gl'))}"
+                f"bad {ENV} item {item!r}: expected KIND@PATH[:KERNEL[+KERNEL...]][>WORDS] with KIND in "
+                f"{', '.join((*KINDS, *QUIET_KINDS))} and PATH in {', '.join((*GPU_PATHS, 'gl'))}"
             )
-        out.append((kind, path, names))
+        out.append((kind, path, names, int(words) if gt else 0))
     return out
 
 
@@ -97,21 +110,24 @@ def kernel_scope(kernels: Iterable[str]) -> Iterator[None]:
         _KERNELS.reset(token)
 
 
-def active(kind: str, path: str) -> bool:
+def active(kind: str, path: str, nbytes: int | None = None) -> bool:
     """Is fault ``kind`` injected for ``path``?
 
     ``KIND@gl`` applies to every GL tier; asking with ``path="gl"`` matches only ``KIND@gl``
     (the shared GL context is not any one tier's). A kernel-filtered item applies only inside a
-    :func:`kernel_scope` naming one of its kernels.
+    :func:`kernel_scope` naming one of its kernels; an item with a ``>WORDS`` threshold only to
+    readbacks (``nbytes``) of more than that many 32-bit words.
     """
     try:
-        items = parse_items()
+        items = _parse(None)
     except ValueError:
         return False
-    for k, p, kernels in items:
+    for k, p, kernels, words in items:
         if k != kind:
             continue
         if kernels and not (kernels & _KERNELS.get()):
+            continue
+        if words and (nbytes is None or nbytes <= 4 * words):
             continue
         if p == path or (p == "gl" and path in GL_PATHS):
             return True
@@ -173,8 +189,22 @@ def _crash() -> None:
     ctypes.string_at(0)  # pragma: no cover - only if the signal was caught
 
 
+_slow_start_done = False
+
+
 def _hang() -> None:
-    threading.Event().wait()  # forever
+    # forever; or, with HANG_S_ENV, once per process for that many seconds: a device too busy to
+    # answer in time at first start rather than a dead one
+    global _slow_start_done
+    try:
+        seconds = float(os.environ[HANG_S_ENV]) if os.environ.get(HANG_S_ENV) else None
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        threading.Event().wait()
+    elif not _slow_start_done:
+        _slow_start_done = True
+        threading.Event().wait(seconds)
 
 
 def on_context(path: str) -> None:
@@ -221,15 +251,18 @@ def on_dispatch(path: str) -> None:
 
 
 def on_readback(path: str, array: np.ndarray) -> np.ndarray:
-    """Readback choke point: wrong -> perturbed copy, nan -> NaN copy, else ``array`` unchanged."""
-    if active("nan", path):
+    """Readback choke point: wrong -> perturbed copy, nan -> NaN copy, nanloss -> NaN/Inf made
+    finite, else ``array`` unchanged."""
+    if active("nan", path, array.nbytes):
         out = np.array(array, copy=True)
         if out.dtype.kind == "f":
             out.fill(np.nan)
         else:  # integer/byte readbacks (e.g. RGBA8): all-ones bytes decode to NaN as float32
             out.fill(np.iinfo(out.dtype).max if out.dtype.kind in "ui" else 0)
         return out
-    if active("wrong", path):
+    if active("nanloss", path, array.nbytes) and array.dtype.kind == "f":
+        return np.nan_to_num(array, nan=0.0, posinf=np.finfo(array.dtype).max, neginf=-np.finfo(array.dtype).max)
+    if active("wrong", path, array.nbytes):
         out = np.array(array, copy=True)
         flat = out.reshape(-1)
         if out.dtype.kind == "f":

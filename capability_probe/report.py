@@ -26,6 +26,8 @@ class PathVerdict:
     reason: str = ""  # why (not) usable, in words
     canary_error: float | None = None  # max relative error of the path's canary, when one ran
     disabled_kernels: list[str] = field(default_factory=list)  # e.g. "conv", "depthwise", "gemm", "fp16"
+    retry_at: float | None = None  # the probe timed out: when it is probed again (epoch seconds)
+    ieee_lost: str | None = None  # e.g. "NaN not preserved": the path's NaN/Inf check failed (still verified)
 
     @property
     def usable(self) -> bool:

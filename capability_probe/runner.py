@@ -4,6 +4,12 @@ The verification (contexts, detection, round trips, canaries) never runs in the 
 ``python -m capability_probe._child`` gets a JSON config on stdin and forks one worker per job
 (``gl-detect``, ``vulkan-detect`` and one per GPU path), each with the same deadline, so a crash
 or hang costs only that job's verdict. The child answers with one JSON line.
+
+A job that timed out is not a final verdict (a device busy at first start looks the same as a
+driver that hangs): it is cached with a ``retry_at`` time, and the first probe after it re-runs
+only the timed-out jobs, with twice the timeout. The wait before a retry starts at
+``GPUBACKEND_PROBE_RETRY_S`` (600 s) and doubles after each further timeout, up to a day, so a
+driver that really hangs costs one bounded probe now and then, not the GPU for good.
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ from .report import GPU_PATH_KEYS, PATH_KEYS, PathVerdict, ProbeReport
 TIMEOUT_ENV = "GPUBACKEND_PROBE_TIMEOUT"
 DISABLE_ENV = "GPUBACKEND_DISABLE"
 DEFAULT_TIMEOUT_S = 60.0
+RETRY_ENV = "GPUBACKEND_PROBE_RETRY_S"
+DEFAULT_RETRY_S = 600.0
+MAX_RETRY_S = 86400.0
+RETRY_TIMEOUT_FACTOR = 2.0  # a retried job gets this many times the probe timeout
 RESULT_MARK = "@@GPUBACKEND_PROBE_RESULT@@ "
 CHILD_ENV = "GPUBACKEND_PROBE_CHILD"  # set in the probe's child: probe() there must not recurse
 
@@ -29,7 +39,7 @@ CHILD_ENV = "GPUBACKEND_PROBE_CHILD"  # set in the probe's child: probe() there 
 _CANARIES: dict[str, list[str]] = {p: [f"gpubackend.paths.{p}:canary", f"gpubackend.paths.{p}:canary_int8"]
                                    for p in GPU_PATH_KEYS}
 _DEFAULT_CANARIES = {p: list(v) for p, v in _CANARIES.items()}
-_memo: dict[str, ProbeReport] = {}
+_memo: dict[str, tuple[ProbeReport, float | None]] = {}  # key -> (report, when a timed-out job is due)
 _lock = threading.Lock()
 
 
@@ -85,27 +95,87 @@ def probe_timeout() -> float:
         return DEFAULT_TIMEOUT_S
 
 
+def retry_delay_s() -> float:
+    """The wait before a timed-out job is probed again (``GPUBACKEND_PROBE_RETRY_S``, >= 0)."""
+    try:
+        return max(0.0, float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_S)))
+    except ValueError:
+        return DEFAULT_RETRY_S
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def stamp_timeouts(raw: dict[str, Any], attempts_before: dict[str, int], now: float) -> None:
+    """Give every timed-out job of ``raw`` its attempt count and ``retry_at`` time, and say so in
+    its reason ("timed out ... (retry at ...)")."""
+    for name, job in raw.get("jobs", {}).items():
+        if not (isinstance(job, dict) and job.get("timed_out")):
+            continue
+        attempt = attempts_before.get(name, 0) + 1
+        job["timeout_attempts"] = attempt
+        job["retry_at"] = now + min(MAX_RETRY_S, retry_delay_s() * 2 ** (attempt - 1))
+        job["reason"] = f"{job.get('reason', 'timed out')} (retry at {_utc(job['retry_at'])})"
+
+
+def _timed_out(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n: j for n, j in raw.get("jobs", {}).items() if isinstance(j, dict) and j.get("timed_out")}
+
+
+def next_retry_at(raw: dict[str, Any]) -> float | None:
+    """When the earliest timed-out job of ``raw`` is due again (None: nothing timed out)."""
+    times = [float(j.get("retry_at", 0.0)) for j in _timed_out(raw).values()]
+    return min(times) if times else None
+
+
+def retry_timed_out(raw: dict[str, Any], now: float) -> dict[str, Any]:
+    """Re-run the jobs of ``raw`` whose retry is due, with a longer limit; their new results
+    replace the old ones (a job that times out again gets a later ``retry_at``)."""
+    due = {n: j for n, j in _timed_out(raw).items() if float(j.get("retry_at", 0.0)) <= now}
+    if not due:
+        return raw
+    limit = probe_timeout() * RETRY_TIMEOUT_FACTOR
+    fresh = run_child(canaries(), list(raw.get("disabled", [])), limit, jobs=sorted(due))
+    out = {**raw, "jobs": dict(raw.get("jobs", {}))}
+    attempts = {n: int(j.get("timeout_attempts", 1)) for n, j in due.items()}
+    for name, old in due.items():
+        new = fresh.get("jobs", {}).get(name)
+        if not isinstance(new, dict):  # the retry child failed as a whole: still timed out
+            new = {**old, "reason": str(old.get("reason", "timed out")).split(" (retry at")[0]}
+        out["jobs"][name] = new
+    stamp_timeouts({"jobs": {n: out["jobs"][n] for n in due}}, attempts, now)
+    return out
+
+
 def probe(refresh: bool = False) -> ProbeReport:
     """What this machine offers and what was verified.
 
     Cached in memory and on disk (see :mod:`capability_probe.cache`); ``refresh=True`` re-runs the
     verification child and rewrites the cache. Never raises for a driver problem: a path that fails
-    is reported unusable with the reason.
+    is reported unusable with the reason. Jobs that timed out are re-run once their ``retry_at``
+    has passed (see the module's docstring).
     """
     t0 = time.perf_counter()
     if os.environ.get(CHILD_ENV):
         return _inside_child_report()
     key, _material = cache.cheap_key(canaries())
     with _lock:
-        if not refresh and key in _memo:
-            rep = ProbeReport.from_dict(_memo[key].to_dict())
+        memo = _memo.get(key)
+        if not refresh and memo is not None and (memo[1] is None or time.time() < memo[1]):
+            rep = ProbeReport.from_dict(memo[0].to_dict())
             rep.cached = True
             rep.elapsed_s = time.perf_counter() - t0
             return rep
     raw = None if refresh else cache.load(key)
     cached = raw is not None
+    if raw is not None and (due := next_retry_at(raw)) is not None and due <= time.time():
+        raw = retry_timed_out(raw, time.time())
+        cached = False
+        cache.store(key, raw)
     if raw is None:
         raw = run_child(canaries(), disabled_paths(), probe_timeout())
+        stamp_timeouts(raw, {}, time.time())
         raw["probe_time_s"] = time.perf_counter() - t0
         if raw.get("cacheable", True):
             cache.store(key, raw)
@@ -115,7 +185,7 @@ def probe(refresh: bool = False) -> ProbeReport:
     if cached:
         rep.notes.append(f"cached verdict (the uncached probe took {raw.get('probe_time_s', 0.0):.2f} s)")
     with _lock:
-        _memo[key] = rep
+        _memo[key] = (rep, next_retry_at(raw))
     return ProbeReport.from_dict(rep.to_dict())
 
 
@@ -148,10 +218,17 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def run_child(canary_table: dict[str, list[str]], disabled: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run the verification child and return its raw JSON result (never raises)."""
+def run_child(canary_table: dict[str, list[str]], disabled: list[str], timeout_s: float,
+              jobs: list[str] | None = None) -> dict[str, Any]:
+    """Run the verification child and return its raw JSON result (never raises). ``jobs`` limits
+    it to those job names (``gl-detect``, ``vulkan-detect``, path keys); default all."""
     paths = [p for p in GPU_PATH_KEYS if p not in disabled]
-    config = {"paths": paths, "canaries": {p: canary_table.get(p, []) for p in paths}, "timeout_s": timeout_s}
+    if jobs is not None:
+        gl_detect = "gl-detect" in jobs
+        vk_detect = "vulkan-detect" in jobs
+        paths = [p for p in paths if p in jobs or (gl_detect and p != "vulkan") or (vk_detect and p == "vulkan")]
+    config: dict[str, Any] = {"paths": paths, "canaries": {p: canary_table.get(p, []) for p in paths},
+                              "timeout_s": timeout_s, "jobs": jobs}
     raw: dict[str, Any] = {"jobs": {}, "disabled": disabled, "timeout_s": timeout_s}
     if not paths:
         return raw
@@ -205,6 +282,8 @@ def build_report(raw: dict[str, Any]) -> ProbeReport:
             reason=str(j.get("reason", "")),
             canary_error=j.get("canary_error"),
             disabled_kernels=list(j.get("disabled_kernels", [])),
+            retry_at=j.get("retry_at"),
+            ieee_lost=j.get("ieee_lost"),
         )
     paths["cpu"] = PathVerdict("cpu", available=True, verified=True, reason="NumPy reference kernels (always)")
     fingerprint: dict[str, Any] = {"package": cache.package_version()}

@@ -12,7 +12,12 @@ cache key already hashes the driver files, the kernel sources and ``GPUBACKEND_F
 driver or changed shader is checked again. A kernel is the path module's ``kernel_name`` (e.g.
 ``conv``, ``depthwise``, ``gemm``), so one configuration vouches for the kernel on this driver.
 The node is checked at a small size (its inputs' spatial axes cut to ``SMALL_EXTENT``) when it
-keeps its kernel there, else at its real size.
+keeps its kernel there, else at its real size. A cut can hide a bug that shows only on long axes
+(a loop counter exact to 2048): when the cut shortened an axis the kernel loops over (Softmax's
+axis, a Reduce's axes, MatMul's inner length: :func:`gpubackend.ops.loops.loop_axes`), a second
+check runs the node with those axes at their real length and the others still cut (at most
+``LONG_CHECK_ELEMENTS`` per input). Its verdict is cached per kernel with the longest length that
+passed and the shortest that failed, so a node is checked again only at a length not yet vouched for.
 
 ``SessionOptions.kernel_check`` (``GPUBACKEND_KERNEL_CHECK=0``) turns it off.
 """
@@ -41,6 +46,9 @@ FILE_PREFIX = "kernel-checks-"
 # The check shrinks every axis after the first two (batch, channels) of the node's inputs to at
 # most this, when the node stays valid and keeps its kernel at that size (else: its real shapes).
 SMALL_EXTENT = 32
+# The long check's bound on the elements of each input (the loop axes at their real length, the
+# other axes cut, down to 1 if need be); a node beyond it is not checked at its long length.
+LONG_CHECK_ELEMENTS = 1 << 22
 _SEED = 20261124
 
 
@@ -97,16 +105,20 @@ class VerdictStore:
         if not isinstance(data.get("kernels"), dict):
             return {}
         return {k: v for k, v in data["kernels"].items()
-                if isinstance(v, dict) and isinstance(v.get("ok"), bool) and isinstance(v.get("detail", ""), str)}
+                if isinstance(v, dict) and isinstance(v.get("ok"), bool) and isinstance(v.get("detail", ""), str)
+                and type(v.get("length", 0)) is int}
 
     def get(self, path: str, precision: str, kernel: str) -> dict[str, Any] | None:
         with self._lock:
             return self._entries().get(f"{path}/{precision}/{kernel}")
 
-    def put(self, path: str, precision: str, kernel: str, ok: bool, detail: str) -> None:
+    def put(self, path: str, precision: str, kernel: str, ok: bool, detail: str, length: int | None = None) -> None:
         with self._lock:
             entries = self._entries()
-            entries[f"{path}/{precision}/{kernel}"] = {"ok": ok, "detail": detail, "time": time.time()}
+            entry: dict[str, Any] = {"ok": ok, "detail": detail, "time": time.time()}
+            if length is not None:
+                entry["length"] = int(length)
+            entries[f"{path}/{precision}/{kernel}"] = entry
             if self.file is None:
                 return
             from capability_probe import cache
@@ -160,28 +172,74 @@ def compare(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(g[finite] - r[finite])) / max(1.0, float(np.max(np.abs(r[finite])))))
 
 
-def shrunk(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | None],
-           kernel: str) -> tuple[Node, Graph] | None:
-    """``node`` alone in a graph whose inputs have their spatial (and later) axes cut to
-    :data:`SMALL_EXTENT`, the same attributes and constants, so checking it costs little however
-    large the real tensors are; None when nothing shrinks, or the smaller node is invalid (a
-    Reshape to a fixed shape, say) or would run another kernel."""
-    from .model import to_graph
-    from .paths.cpu import subgraph_model
+def _input_shapes(node: Node, graph: Graph) -> dict[str, tuple[int, ...]] | None:
     from .planner import segment_io
 
     ((ins, _),) = segment_io(graph, [("check", [node])])
     shapes = {n: graph.shape(n) for n in ins}
     if not ins or any(s is None or None in s or n not in graph.dtypes for n, s in shapes.items()):
         return None
-    small = {n: tuple(d if i < 2 else min(d, SMALL_EXTENT) for i, d in enumerate(s))  # type: ignore[union-attr]
-             for n, s in shapes.items()}
+    return {n: tuple(s) for n, s in shapes.items()}  # type: ignore[arg-type]
+
+
+def _cut(shape: tuple[int, ...], keep: tuple[int, ...]) -> tuple[int, ...]:
+    """Every axis but those in ``keep`` cut: batch and channels (0, 1) to 1, the others to SMALL_EXTENT."""
+    return tuple(d if i in keep else min(d, SMALL_EXTENT if i >= 2 else 1) for i, d in enumerate(shape))
+
+
+def shrunk(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | None],
+           kernel: str) -> tuple[Node, Graph] | None:
+    """``node`` alone in a graph whose inputs have their spatial (and later) axes cut to
+    :data:`SMALL_EXTENT`, the same attributes and constants, so checking it costs little however
+    large the real tensors are; None when nothing shrinks, or the smaller node is invalid (a
+    Reshape to a fixed shape, say) or would run another kernel."""
+    shapes = _input_shapes(node, graph)
+    if shapes is None:
+        return None
+    small = {n: _cut(s, keep=(0, 1)) for n, s in shapes.items()}
     if small == shapes:
         return None
+    return _resized(node, graph, small, kernel_name, kernel)
+
+
+def long_variant(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | None],
+                 kernel: str) -> tuple[Node, Graph, int] | None:
+    """``node`` alone with the axes its kernel loops over at their real length and the other
+    spatial axes cut as :func:`shrunk` cuts them (and, past ``LONG_CHECK_ELEMENTS``, the batch and
+    channel axes cut to 1 as well), with the loop length (the longest product of an input's loop
+    axes); None when :func:`shrunk` keeps every loop axis whole anyway (its check covers them),
+    or no such node is valid within the bound."""
+    from .ops.loops import loop_axes
+
+    shapes = _input_shapes(node, graph)
+    loops = loop_axes(node, graph)
+    if shapes is None or not any(n in shapes for n in loops):
+        return None
+    small = {n: _cut(s, keep=(0, 1)) for n, s in shapes.items()}
+    if all(small[n][a] == shapes[n][a] for n, axes in loops.items() if n in shapes for a in axes):
+        return None
+    length = max(int(np.prod([shapes[n][a] for a in axes])) for n, axes in loops.items() if n in shapes)
+    for whole in ((0, 1), ()):
+        sized = {n: _cut(s, keep=loops.get(n, ()) + whole) for n, s in shapes.items()}
+        if max(int(np.prod(s)) for s in sized.values()) > LONG_CHECK_ELEMENTS:
+            continue
+        got = _resized(node, graph, sized, kernel_name, kernel)
+        if got is not None:
+            return (*got, length)
+    return None
+
+
+def _resized(node: Node, graph: Graph, sizes: dict[str, tuple[int, ...]],
+             kernel_name: Callable[[Node, Graph], str | None], kernel: str) -> tuple[Node, Graph] | None:
+    """``node`` alone in a graph whose inputs have ``sizes``; None when that is invalid or runs
+    another kernel."""
+    from .model import to_graph
+    from .paths.cpu import subgraph_model
+
     try:
-        feeds = {n: np.zeros(small[n], graph.dtypes[n]) for n in ins}
+        feeds = {n: np.zeros(shape, graph.dtypes[n]) for n, shape in sizes.items()}
         g = to_graph(subgraph_model([node], graph, feeds, [o for o in node.outputs if o]))
-    except Exception:  # noqa: BLE001 - not valid at the small size: check the real one
+    except Exception:  # noqa: BLE001 - not valid at this size
         return None
     if len(g.nodes) != 1 or kernel_name(g.nodes[0], g) != kernel:
         return None
@@ -264,7 +322,10 @@ class CheckedPath(Path):
         if not kernel:
             return None
         ok, detail = self._verdict(kernel, node, graph)
-        return None if ok else f"kernel {kernel!r} failed its first-run check on this driver ({detail})"
+        if not ok:
+            return f"kernel {kernel!r} failed its first-run check on this driver ({detail})"
+        ok, detail = self._long_verdict(kernel, node, graph)
+        return None if ok else f"kernel {kernel!r} failed its check at the node's real loop length ({detail})"
 
     def _verdict(self, kernel: str, node: Node, graph: Graph) -> tuple[bool, str]:
         if kernel in self.checked:
@@ -285,6 +346,37 @@ class CheckedPath(Path):
                 log.warning("the %s kernel %r failed its first-run check (%s); its nodes go to the next path",
                             self.key, kernel, result[1])
         self.checked[kernel] = verdict
+        return verdict
+
+    def _long_verdict(self, kernel: str, node: Node, graph: Graph) -> tuple[bool, str]:
+        """The check at the node's real loop length (see the module's docstring); passes when the
+        short check already covered it."""
+        target = long_variant(node, graph, self._kernel_name, kernel)
+        if target is None:
+            return True, "no long loop"
+        long_node, long_graph, length = target
+        memo_key = f"{kernel}/long{length}"
+        if memo_key in self.checked:
+            return self.checked[memo_key]
+        passed = self.store.get(self.key, self.precision, f"{kernel}/long-passed")
+        failed = self.store.get(self.key, self.precision, f"{kernel}/long-failed")
+        if passed is not None and int(passed.get("length", 0)) >= length:
+            verdict = (True, f"{passed.get('detail', '')} (cached)")
+        elif failed is not None and int(failed.get("length", 0)) <= length:
+            verdict = (False, f"{failed.get('detail', '')} (cached)")
+        else:
+            t0 = time.perf_counter()
+            result = run_check(self.inner, self._reference(), long_node, long_graph, self.precision)
+            self.seconds += time.perf_counter() - t0
+            if result is None:
+                return True, "not checked"
+            verdict = (result[0], f"{result[1]}, loop length {length}")
+            self.store.put(self.key, self.precision, f"{kernel}/long-{'passed' if result[0] else 'failed'}",
+                           *verdict, length=length)
+            if not result[0]:
+                log.warning("the %s kernel %r failed its check at loop length %d (%s); its nodes of that "
+                            "length go to the next path", self.key, kernel, length, result[1])
+        self.checked[memo_key] = verdict
         return verdict
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:

@@ -332,6 +332,9 @@ class Session:
             disabled: frozenset[str] = frozenset()
             if key != "cpu" and self._report is not None and key in self._report.paths:
                 disabled = frozenset(self._report.paths[key].disabled_kernels)
+                if self._report.paths[key].ieee_lost:
+                    self._notes.append(f"{key}: {self._report.paths[key].ieee_lost} on this driver (the probe's "
+                                       "NaN/Inf check): NaN or Inf inputs may come back finite")
             if key != "cpu" and self.options.isolation:
                 path = isolation.IsolatedPath(key, self.precision, disabled, self.options)
             else:

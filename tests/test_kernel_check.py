@@ -138,3 +138,56 @@ def test_a_large_node_is_checked_at_a_small_size(fault_env) -> None:
     assert small.shape(node.outputs[0]) == (1, 8, SMALL_EXTENT, SMALL_EXTENT)
     np.testing.assert_array_equal(small.constants[node.inputs[1]], graph.constants[conv.inputs[1]])
     assert node.attrs == conv.attrs
+
+
+def _softmax_model(length: int):
+    node = helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, length])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, length])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("path", ["gles2", "vulkan"])
+def test_a_fault_only_on_long_axes_is_caught_at_the_real_loop_length(path: str, fault_env) -> None:
+    """The first-run check cuts axes to 32; a Softmax kernel that goes wrong only on readbacks past
+    2048 words (as gles2's mediump loop counter did past 2048 elements) passes that check, and the
+    second check at the node's real axis length catches it."""
+    fault_env(f"wrong@{path}:softmax>2048")
+    _need(path)
+    x = np.random.default_rng(5).uniform(-3, 3, (1, 4, 3000)).astype(np.float32)
+    want = gpubackend.Session(_softmax_model(3000), path="cpu", cpu_engine="numpy").run({"x": x})[0]
+    unchecked = gpubackend.Session(_softmax_model(3000), path=path,
+                                   options=gpubackend.SessionOptions(kernel_check=False))
+    assert compare(unchecked.run({"x": x})[0], want) > 1e-2  # the fault strikes at this length
+    sess = gpubackend.Session(_softmax_model(3000), path=path)
+    assert compare(sess.run({"x": x})[0], want) < 1e-5
+    assert sess.placement == {"sm": "cpu"}, sess.explain()
+    assert "failed its check at the node's real loop length" in sess.explain()
+    assert "loop length 3000" in sess.explain()
+    # a short Softmax (its whole readback under the fault's threshold) stays on the path
+    short = gpubackend.Session(_softmax_model(300), path=path)
+    assert short.placement == {"sm": path}, short.explain()
+    # the failure is cached for this driver: a new process skips the long run
+    VerdictStore.forget_memory()
+    again = gpubackend.Session(_softmax_model(4000), path=path)
+    assert again.placement == {"sm": "cpu"} and "(cached)" in again.explain()
+
+
+def test_long_variant_keeps_only_loop_axes_whole() -> None:
+    from gpubackend.kernel_check import long_variant
+    from gpubackend.model import to_graph
+
+    graph = to_graph(_softmax_model(3000))
+    node = graph.nodes[0]
+    _, g, length = long_variant(node, graph, lambda n, gr: "softmax", "softmax")
+    assert g.shape("x") == (1, 4, 3000) and length == 3000
+    assert long_variant(node, to_graph(_softmax_model(20)), lambda n, gr: "softmax", "softmax") is None
+    # a Reduce over the channels (never cut) needs no second check; over a long spatial axis it does
+    reduce = helper.make_node("ReduceMax", ["x"], ["y"], name="r", axes=[2], keepdims=1)
+    model = helper.make_model(helper.make_graph(
+        [reduce], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 5000, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 1, 40])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    rg = to_graph(model)
+    _, g, length = long_variant(rg.nodes[0], rg, lambda n, gr: "reduce", "reduce")
+    assert g.shape("x") == (2, 8, 5000, 32) and length == 5000
