@@ -207,8 +207,8 @@ def long_variant(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], 
     """``node`` alone with the axes its kernel loops over at their real length and the other
     spatial axes cut as :func:`shrunk` cuts them (and, past ``LONG_CHECK_ELEMENTS``, the batch and
     channel axes cut to 1 as well), with the loop length (the longest product of an input's loop
-    axes); None when :func:`shrunk` keeps every loop axis whole anyway (its check covers them),
-    or no such node is valid within the bound."""
+    axes); None when the first check covers the loop axes (:func:`shrunk` keeps them whole, or
+    gives nothing and the node is checked at its real size), or no such node is valid within the bound."""
     from .ops.loops import loop_axes
 
     shapes = _input_shapes(node, graph)
@@ -217,6 +217,8 @@ def long_variant(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], 
         return None
     small = {n: _cut(s, keep=(0, 1)) for n, s in shapes.items()}
     if all(small[n][a] == shapes[n][a] for n, axes in loops.items() if n in shapes for a in axes):
+        return None
+    if shrunk(node, graph, kernel_name, kernel) is None:  # the first check ran the node at its real size
         return None
     length = max(int(np.prod([shapes[n][a] for a in axes])) for n, axes in loops.items() if n in shapes)
     for whole in ((0, 1), ()):

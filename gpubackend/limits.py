@@ -14,7 +14,7 @@ field                      default                              environment
 ``max_node_macs``          2**40 multiply-adds per node         ``GPUBACKEND_MAX_NODE_MACS``
 =========================  ===================================  ====================================
 
-``max_total_bytes`` adds up every constant and every intermediate tensor as if all were alive at
+``max_total_bytes`` adds up every input, constant and intermediate tensor as if all were alive at
 once: an upper bound of what any path allocates for one run. Set a limit to 0 to disable it.
 """
 
@@ -72,6 +72,10 @@ def _itemsize(graph: Graph, name: str) -> int:
 def check(graph: Graph, limits: ResourceLimits) -> None:
     """Raise ResourceLimitError naming the first node (op, tensor, size) over a limit."""
     total = sum(int(value.nbytes) for value in graph.constants.values())
+    for name in graph.inputs:  # the feeds are uploaded too
+        shape = graph.shape(name)
+        if shape is not None and name not in graph.constants:
+            total += math.prod(shape) * _itemsize(graph, name)
     for node in graph.nodes:
         for out in node.outputs:
             shape = graph.shape(out) if out else None

@@ -53,16 +53,58 @@ def test_limits_are_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> 
         gpubackend.Session(model, path="cpu")
 
 
-def test_work_and_total_memory_limits() -> None:
-    w = numpy_helper.from_array(np.ones((64, 64, 3, 3), np.float32), "w")
-    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64, 64])],
+def _conv_model(size: int) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((16, 16, 3, 3), np.float32) / 144, "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, size, size])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    macs = 64 * 64 * 64 * 64 * 9
-    with pytest.raises(ResourceLimitError, match=f"{macs:,} multiply-adds"):
-        gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(max_node_macs=macs - 1))
-    with pytest.raises(ResourceLimitError, match="GiB"):
-        gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(max_total_bytes=1 << 20))
-    with gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(max_node_macs=macs)) as sess:
-        assert sess.run({"x": np.ones((1, 64, 64, 64), np.float32)})[0].shape == (1, 64, 64, 64)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def device_allocations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every buffer/texture the GPU paths allocate in this process (their one allocation hook)."""
+    from capability_probe import faults
+
+    seen: list[tuple[str, int]] = []
+    real = faults.on_alloc
+
+    def counting(path: str, nbytes: int) -> None:
+        seen.append((path, int(nbytes)))
+        real(path, nbytes)
+
+    monkeypatch.setattr(faults, "on_alloc", counting)
+    return seen
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_limit_is_enforced_before_allocation_on_every_path(path: str, device_allocations) -> None:
+    """Work per node, total memory and tensor size: each refused with the node and op named before
+    the path allocates anything; at the limit the model runs on that path."""
+    if path != "cpu" and not gpubackend.probe().usable(path):
+        pytest.skip(f"{path} is not usable here")
+    size = 32
+    model = _conv_model(size)
+    macs = size * size * 16 * 16 * 9
+    elements = 16 * size * size
+    total = 2 * elements * 4 + 16 * 16 * 9 * 4  # the input, the output and the weights
+    over = {"max_node_macs": (macs - 1, f"{macs:,} multiply-adds"),
+            "max_tensor_elements": (elements - 1, f"{elements:,} elements"),
+            "max_total_bytes": (total - 1, "GiB")}
+    for option, (limit, message) in over.items():
+        opts = gpubackend.SessionOptions(**{option: limit})
+        with pytest.raises(ResourceLimitError, match=message) as info:
+            gpubackend.Session(model, path=path, fallback=False, options=opts)
+        assert option in str(info.value)
+        if option != "max_total_bytes":
+            assert info.value.node == "conv" and info.value.op_type == "Conv"
+        assert device_allocations == [], f"{option}: {path} allocated before the limit was checked"
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 16, size, size)).astype(np.float32)
+    at_limit = gpubackend.SessionOptions(max_node_macs=macs, max_tensor_elements=elements,
+                                         max_total_bytes=total)
+    with gpubackend.Session(model, path=path, fallback=False, options=at_limit) as sess:
+        got = sess.run({"x": x})[0]
+        assert set(sess.placement.values()) == {path}
+    want = gpubackend.Session(model, path="cpu").run({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert (path == "cpu") == (device_allocations == [])  # the counter sees the path's allocations
