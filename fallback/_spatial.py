@@ -162,13 +162,17 @@ def phase_planes(x: np.ndarray, pad_begin: list[int], out: list[int], strides: l
     output's width, to be dropped). Returns ``(flat, [(a, b, o) per tap, row-major], wq)``.
     """
     n, c, h, wd = x.shape
-    phases_h, phases_w, hq, wq, copies, offsets = phase_plan(
-        h, wd, tuple(pad_begin), tuple(out), tuple(strides), tuple(dil), tuple(kernel))
+    geometry = (h, wd, tuple(pad_begin), tuple(out), tuple(strides), tuple(dil), tuple(kernel))
+    phases_h, phases_w, hq, wq, copies, offsets = phase_plan(*geometry)
     shape = (len(phases_h), len(phases_w), n, c, hq, wq)
     planes = empty(shape, x.dtype)
-    planes.fill(fill)
+    borders = _borders(*geometry)
+    if borders is None:
+        planes.fill(fill)
 
     def channels(c0: int, c1: int) -> None:
+        for ai, bi, rows, cols in borders or ():  # only what no copy writes: one pass fewer
+            planes[ai, bi, :, c0:c1, rows, cols] = fill
         for ai, bi, dst, src in copies:
             planes[ai, bi, :, c0:c1, dst[0], dst[1]] = x[:, c0:c1, src[0], src[1]]
 
@@ -205,6 +209,32 @@ def phase_plan(h: int, wd: int, pad_begin: tuple, out: tuple, strides: tuple, di
     offsets = tuple((phases_h.index((i * dh) % sh), phases_w.index((j * dw) % sw), off_h[i] * wq + off_w[j])
                     for i in range(kh) for j in range(kw))
     return tuple(phases_h), tuple(phases_w), hq, wq, tuple(copies), offsets
+
+
+@functools.lru_cache(maxsize=512)
+def _borders(*geometry: Any) -> tuple[tuple[int, int, slice, slice], ...] | None:
+    """The (phase, rows, columns) regions of ``phase_planes`` that no copy of the input writes: the
+    padding, to be filled. None when the padding is over a tenth of the planes: several small fills
+    then cost more than one fill of everything (measured under load: a 16x128x128 3x3 stride-1
+    input 110 -> 93 us with border fills, 240x12x80 5x5 125 -> 150-250 us)."""
+    phases_h, phases_w, hq, wq, copies, _ = phase_plan(*geometry)
+    inside = {(ai, bi): dst for ai, bi, dst, _ in copies}
+    copied = sum((d[0].stop - d[0].start) * (d[1].stop - d[1].start) for d in inside.values())
+    if copied < 0.9 * len(phases_h) * len(phases_w) * hq * wq:
+        return None
+    regions = []
+    for ai in range(len(phases_h)):
+        for bi in range(len(phases_w)):
+            dst = inside.get((ai, bi))
+            if dst is None:
+                regions.append((ai, bi, slice(0, hq), slice(0, wq)))
+                continue
+            (r0, r1), (c0, c1) = (dst[0].start, dst[0].stop), (dst[1].start, dst[1].stop)
+            regions += [(ai, bi, rows, cols) for rows, cols in (
+                (slice(0, r0), slice(0, wq)), (slice(r1, hq), slice(0, wq)),
+                (slice(r0, r1), slice(0, c0)), (slice(r0, r1), slice(c1, wq))) if
+                rows.stop > rows.start and cols.stop > cols.start]
+    return tuple(regions)
 
 
 def drop_columns(y: np.ndarray, out: list[int], wq: int, copy: bool = True) -> np.ndarray:

@@ -744,3 +744,28 @@ def test_conv_epilogue_in_channel_blocks_matches_one_block(act: tuple, monkeypat
         monkeypatch.undo()
         np.testing.assert_array_equal(blocks, whole)
         assert np.isnan(whole).any() and whole.flags.c_contiguous
+
+
+@pytest.mark.parametrize("kernel,stride,dil,pads", [
+    ((3, 3), 1, 1, [1, 1, 1, 1]), ((3, 3), 2, 1, [0, 1, 2, 1]), ((5, 5), 2, 1, [2, 2, 2, 2]),
+    ((3, 2), 1, 2, [2, 0, 1, 3]), ((3, 3), 3, 1, [0, 0, 0, 0]), ((1, 3), 2, 1, [0, 1, 0, 1]),
+])
+def test_phase_planes_write_every_element(kernel, stride, dil, pads, monkeypatch) -> None:
+    """``phase_planes`` fills only the padding its input copies leave: with buffers that start out as
+    NaN (as a reused pool buffer holds old values) every conv branch on phase planes still gives the
+    result of zero-initialised ones."""
+    from gpubackend.fallback import _spatial
+
+    borders, seen = _spatial._borders, []
+    monkeypatch.setattr(_spatial, "_borders", lambda *geometry: seen.append(borders(*geometry)) or seen[-1])
+    for (c, m, group), size in itertools.product([(9, 4, 1), (2, 5, 1), (6, 6, 6)], [(13, 11), (130, 126)]):
+        x, w = rand(1, c, *size, seed=c), rand(m, c // group, *kernel, seed=m, lo=-1)
+        attrs = dict(strides=[stride] * 2, dilations=[dil] * 2, pads=pads, group=group)
+        clean = run_node("Conv", [x, w], attrs)[0]
+        with monkeypatch.context() as patch:
+            patch.setattr(_spatial, "empty", lambda shape, dtype: np.full(shape, np.nan, dtype))
+            dirty = run_node("Conv", [x, w], attrs)[0]
+        np.testing.assert_array_equal(dirty, clean)
+        assert np.isfinite(clean).all()
+    # the large padded planes fill only their borders (else this test would check nothing new)
+    assert any(seen) or not any(pads)
