@@ -455,7 +455,9 @@ def _gles3_cases() -> list[Case]:
             (1, 3, 9, 7, 5, 3, 1, 1, 1, 1), (2, 6, 8, 8, 10, 3, 2, 1, 1, 1), (1, 5, 1, 1, 7, 1, 1, 0, 1, 1),
             (1, 17, 6, 5, 33, 1, 1, 0, 1, 1), (1, 8, 11, 9, 12, 3, 1, 2, 2, 1), (1, 7, 10, 8, 3, 5, 2, 2, 1, 1),
             (1, 12, 7, 9, 12, 3, 1, 1, 1, 12), (2, 10, 9, 6, 10, 3, 2, 1, 1, 10), (1, 8, 6, 6, 12, 3, 1, 1, 1, 4),
-            (1, 6, 5, 7, 9, 3, 1, 1, 1, 3), (1, 40, 5, 5, 70, 3, 1, 1, 1, 1)]:
+            (1, 6, 5, 7, 9, 3, 1, 1, 1, 3), (1, 40, 5, 5, 70, 3, 1, 1, 1, 1),
+            # input slices filling every plane of the last slot (32, 64 channels): one loop, no tail copy
+            (1, 32, 5, 6, 20, 3, 1, 1, 1, 1), (2, 64, 4, 3, 9, 1, 1, 0, 1, 1)]:
         attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p, p, p, p], "dilations": [d, d], "group": g}
         out.append(_gl3(f"conv_{n}x{cin}x{h}x{w}_{cout}_k{k}s{s}p{p}d{d}g{g}", "Conv", {"x": _n(n, cin, h, w)},
                         {"w": _n(cout, cin // g, k, k, scale=0.3), "b": _n(cout)}, attrs))

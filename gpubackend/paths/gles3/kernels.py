@@ -199,18 +199,23 @@ def _conv_code(kind: str, x: TexLayout, out: TexLayout, mode: str, nw: int, cig:
                 out_l.append(f"        acc[{p}] += mat4({cols}) * v;")
             return out_l
         lines.append("    vec4 v;")
-        if x.slots > 1:
-            lines.append(f"    for (int gi = 0; gi < {x.slots - 1}; ++gi) {{")
+        # A last slot with every plane in use joins the loop: the same arithmetic in the same
+        # order, and one copy of the body less for llvmpipe's JIT, whose compile time grows with
+        # the code (a second copy doubled a conv shader's cold compile).
+        tail = x.slices - (x.slots - 1) * x.planes
+        looped = 0 if x.slots == 1 else x.slots if tail == x.planes else x.slots - 1
+        if looped:
+            lines.append(f"    for (int gi = 0; gi < {looped}; ++gi) {{")
             lines.append(f"        int b = (k * {x.slices} + gi * {x.planes}) * 4;")
             for pi in range(x.planes):
                 lines += step(pi, "gi")
             lines.append("    }")
-        tail = x.slices - (x.slots - 1) * x.planes
-        lines.append("    {")
-        lines.append(f"        int b = (k * {x.slices} + {(x.slots - 1) * x.planes}) * 4;")
-        for pi in range(tail):
-            lines += step(pi, str(x.slots - 1))
-        lines.append("    }")
+        if looped < x.slots:
+            lines.append("    {")
+            lines.append(f"        int b = (k * {x.slices} + {(x.slots - 1) * x.planes}) * 4;")
+            for pi in range(tail):
+                lines += step(pi, str(x.slots - 1))
+            lines.append("    }")
     elif kind == "depthwise":
         for p in range(r):
             lines.append(f"    acc[{p}] += {_wv(mode, p, 'k')} * "
