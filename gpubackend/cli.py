@@ -1,5 +1,5 @@
-"""The ``gpubackend`` command: ``run``, ``probe``, ``bench``, ``conformance``, ``segment``, ``zoo``. Each subcommand
-lives in ``gpubackend/commands/<name>.py`` and exposes ``register(subparsers)``."""
+"""The ``gpubackend`` command: ``run``, ``probe``, ``bench``, ``tune``, ``conformance``, ``segment``, ``zoo``. Each
+subcommand lives in ``gpubackend/commands/<name>.py`` and exposes ``register(subparsers)``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from . import __version__
 from .errors import GpuBackendError
 
-COMMANDS = ("run", "probe", "bench", "conformance", "segment", "zoo")
+COMMANDS = ("run", "probe", "bench", "tune", "conformance", "segment", "zoo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -76,6 +76,17 @@ class Unit:
 
 
 _UNITS: dict[str, Unit] = {}
+# The modules that register units when imported (a path's kernel module): imported on demand, so
+# ``gpubackend tune`` and the tests see every unit before any path was created.
+REGISTRANTS = ["gpubackend.paths.compute_kernels"]
+
+
+def _registered() -> dict[str, Unit]:
+    import importlib
+
+    for name in REGISTRANTS:
+        importlib.import_module(name)
+    return _UNITS
 
 
 def register(unit: str, variants: list[Variant], defaults: Mapping[str, str]) -> None:
@@ -88,11 +99,11 @@ def register(unit: str, variants: list[Variant], defaults: Mapping[str, str]) ->
 
 def units() -> dict[str, Unit]:
     """Every registered unit (name -> :class:`Unit`)."""
-    return dict(_UNITS)
+    return dict(_registered())
 
 
 def variants(unit: str) -> tuple[Variant, ...]:
-    return _UNITS[unit].variants
+    return _registered()[unit].variants
 
 
 def bucket(n: int) -> int:
@@ -186,7 +197,7 @@ def forced(**choices: str) -> Iterator[None]:
     ``gpubackend tune``; paths created meanwhile cache what they generated)."""
     with _LOCK:
         for unit, name in choices.items():
-            if unit not in _UNITS or _UNITS[unit].variant(name) is None:
+            if unit not in _registered() or _UNITS[unit].variant(name) is None:
                 raise ValueError(f"no tuning variant {unit}={name}")
         saved = dict(_FORCED)
         _FORCED.update(choices)
@@ -286,7 +297,7 @@ def store(table: Table, unit: str, shape_class: str, variant: str, seconds: Mapp
 
     if not table.fingerprint_id:
         raise ValueError(f"no driver fingerprint for {table.path}: nothing to key a tuning record on")
-    if _UNITS[unit].variant(variant) is None:
+    if _registered()[unit].variant(variant) is None:
         raise ValueError(f"tuning unit {unit!r} has no variant {variant!r}")
     rec: dict[str, Any] = {"variant": variant, "seconds": {k: float(v) for k, v in seconds.items()},
                            "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

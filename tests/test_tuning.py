@@ -135,3 +135,23 @@ def test_explain_names_the_tuned_variant(tmp_path, monkeypatch, path: str) -> No
         got = sess.run({"x": x})[0]
         assert "variant: conv bx4cb4 x1 (tuned 20" in sess.explain()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_tune_command_stores_the_fastest_variant_and_sessions_use_it(tmp_path, monkeypatch, capsys) -> None:
+    from gpubackend.cli import main
+
+    monkeypatch.setattr(tuning, "tuning_file", lambda: tmp_path / "tuning.json")
+    model = tmp_path / "conv.onnx"
+    model.write_bytes(_conv_model())
+    assert main(["tune", str(model), "--path", "vulkan", "--rounds", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["unit"], r["shape_class"], r["nodes"]) for r in rows] == [("conv", "k3x3 s1x1 d1x1 g1 ci8 co16 px128",
+                                                                           ["c0"])]
+    row = rows[0]
+    assert row["stored"] and set(row["seconds"]) == {v.name for v in tuning.variants("conv")}
+    assert row["best"] == min(row["seconds"], key=row["seconds"].get)
+    table = tuning.load("vulkan", gpubackend.probe().fingerprint)  # what a later process reads
+    assert table.choose("conv", row["shape_class"]).variant.name == row["best"]
+    with gpubackend.Session(str(model), path="vulkan", fallback=False) as sess:
+        sess.run({"x": np.zeros((1, 8, 10, 10), np.float32)})
+        assert f"variant: conv {row['best']} x1 (tuned 20" in sess.explain()
