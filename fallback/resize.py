@@ -178,15 +178,31 @@ def _linear_x2(x: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
     x3 = x.reshape(math.prod(lead), n, math.prod(trail))
     y = empty((x3.shape[0], n, 2, x3.shape[2]), dt)
 
+    interleave = x3.shape[2] == 1
+    # blocks of leading rows of about 128 KiB of input: the scaled copies and scratch stay in cache
+    # and come from malloc's heap, not fresh pages (measured under load, whole-array passes ->
+    # blocks: 16x64x64 x2 2.2 -> 0.9 ms, 16x128x128 x2 10.2 -> 3.9 ms, small inputs unchanged)
+    block = max(1, (1 << 15) // max(1, n * x3.shape[2]))
+
     def rows(i: int, j: int) -> None:  # split over the kernel threads along the leading axes
-        xs = x3[i:j]
-        q = np.multiply(xs, dt.type(0.25))
-        m = np.multiply(xs, dt.type(0.75))
-        even, odd = y[i:j, :, 0], y[i:j, :, 1]
-        np.add(q[:, :-1], m[:, 1:], out=even[:, 1:])
-        np.add(m[:, :-1], q[:, 1:], out=odd[:, :-1])
-        even[:, 0] = xs[:, 0]
-        odd[:, -1] = xs[:, -1]
+        for b0 in range(i, j, block):
+            b1 = min(j, b0 + block)
+            xs, even, odd = x3[b0:b1], y[b0:b1, :, 0], y[b0:b1, :, 1]
+            if interleave:
+                # along the last axis even and odd outputs alternate: arithmetic into stride-2
+                # outputs (and on a trailing axis of length 1) runs 3x slower than on 2-D
+                # contiguous scratch followed by one strided copy
+                xs, dst = xs[..., 0], (even[..., 0], odd[..., 0])
+                even, odd = np.empty_like(xs), np.empty_like(xs)
+            q = np.multiply(xs, dt.type(0.25))
+            m = np.multiply(xs, dt.type(0.75))
+            np.add(q[:, :-1], m[:, 1:], out=even[:, 1:])
+            np.add(m[:, :-1], q[:, 1:], out=odd[:, :-1])
+            even[:, 0] = xs[:, 0]
+            odd[:, -1] = xs[:, -1]
+            if interleave:
+                dst[0][...] = even
+                dst[1][...] = odd
 
     parallel(rows, x3.shape[0], 2 * y.size)
     return y.reshape(*lead, 2 * n, *trail)

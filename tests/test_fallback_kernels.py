@@ -453,6 +453,14 @@ def test_resize(attrs, how):
     check("Resize", inputs, attrs, opset=13, oracle=with_ref)
 
 
+@pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel"])
+def test_resize_linear_x2_in_row_blocks(ctm):
+    """Bilinear x2 on inputs large enough to run in several blocks of rows along both axes."""
+    x = rand(1, 2, 70, 300, seed=65, lo=-1)
+    check("Resize", [x, np.array([], np.float32), np.array([1, 1, 2, 2], np.float32)],
+          dict(mode="linear", coordinate_transformation_mode=ctm), opset=13)
+
+
 def test_resize_tf_crop_and_resize():
     x = rand(1, 2, 6, 6, seed=65)
     roi = np.array([0, 0, 0.1, 0.3, 1, 1, 0.9, 1.2], np.float32)
