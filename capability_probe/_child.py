@@ -147,6 +147,8 @@ def job_path(path: str, canaries: list[str]) -> dict[str, Any]:
                     res["disabled_kernels"].append("fp16")
         except Exception as e:  # noqa: BLE001
             res["features"].setdefault("fp16", {})[entry] = f"unsupported: {_exc(e)}"
+    if mode != "fp32":
+        res["features"]["fp16_compute"] = _fp16_compute(path)
     res["canary_error"] = worst
     res["verified"] = True
     if ran:
@@ -178,6 +180,18 @@ def _check_ieee(path: str, res: dict[str, Any]) -> None:
     if lost:
         res["ieee_lost"] = lost
         res["reason"] += f"; {path}: {lost}"
+
+
+def _fp16_compute(path: str) -> str:
+    """Whether ``path`` has real fp16 arithmetic (``precision="fp16-compute"``), in words."""
+    try:
+        from gpubackend.paths import fp16_compute
+    except ImportError:
+        return "not checked: gpubackend is not importable"
+    try:
+        return fp16_compute.check(path)
+    except Exception as e:  # noqa: BLE001 - an fp16 check failure disables only fp16 arithmetic
+        return f"not available: the check failed ({_exc(e)}); runs as fp32 arithmetic"
 
 
 def _run_job(name: str, config: dict[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,9 @@ class ProbeReport:
             feats = self.features.get(api) or {}
             if feats:
                 lines.append(f"{api} features: " + ", ".join(f"{k}={v}" for k, v in feats.items()))
+        for key, feats in (self.features.get("paths") or {}).items():
+            if feats.get("fp16_compute"):
+                lines.append(f"{key} fp16 arithmetic (precision fp16-compute): {feats['fp16_compute']}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 

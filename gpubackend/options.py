@@ -26,7 +26,7 @@ from .limits import DEFAULT_MAX_NODE_MACS, DEFAULT_MAX_TENSOR_ELEMENTS, DEFAULT_
 from .paths import GPU_PATH_KEYS, PATH_KEYS
 from .paths.cpu import CPU_ENGINES
 
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "fp16-compute")
 THREAD_MODES = ("auto", "worker", "caller")
 
 # Environment variables that override a field, and how their text becomes the field's value.
@@ -75,7 +75,9 @@ class SessionOptions:
     - ``path``: "auto" (the probe's choice) or one path key; ``GPUBACKEND_PATH`` overrides "auto".
     - ``providers``: path keys in preference order; each node runs on the first that accepts it
       (the CPU is appended when ``fallback`` is on). Overrides ``path`` when set.
-    - ``precision``: "fp32" or "fp16" GPU storage.
+    - ``precision``: "fp32" or "fp16" GPU storage; "fp16-compute": fp16 storage and fp16
+      arithmetic where the probe verified the device has it (``gpubackend.paths.fp16_compute``;
+      today it runs as fp32 arithmetic everywhere, and ``explain()`` says so).
     - ``fallback``: unsupported or failing nodes run on the CPU (False: raise instead).
     - ``cpu_engine``: the CPU path's engine: "auto" (onnxruntime when installed, else numpy),
       "onnxruntime" or "numpy" (the ``fallback`` kernels); ``GPUBACKEND_CPU_ENGINE`` overrides it.

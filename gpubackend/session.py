@@ -124,7 +124,8 @@ def _needed_for(graph: Graph, outputs: list[str]) -> Graph:
 class Session:
     """Runs an ONNX model. ``path``: "auto" (the probe's choice; ``GPUBACKEND_PATH`` overrides it),
     or one of "cpu", "gles2", "gles3", "gles31", "vulkan". ``precision``: "fp32" or "fp16"
-    (GPU storage precision; the CPU path always computes in fp32). ``fallback``: nodes the path
+    (GPU storage precision; the CPU path always computes in fp32), or "fp16-compute" (fp16 storage,
+    fp16 arithmetic where verified; see ``gpubackend.paths.fp16_compute``). ``fallback``: nodes the path
     cannot run (or that fail at run time) go to the CPU path; with False they raise instead.
     ``cpu_engine``: what runs CPU segments, "auto" (onnxruntime when installed, else numpy),
     "onnxruntime" or "numpy" (the ``fallback`` kernels, the reference every path is tested against).
@@ -335,10 +336,18 @@ class Session:
                 if self._report.paths[key].ieee_lost:
                     self._notes.append(f"{key}: {self._report.paths[key].ieee_lost} on this driver (the probe's "
                                        "NaN/Inf check): NaN or Inf inputs may come back finite")
+            precision = self.precision
+            if precision == "fp16-compute":
+                from .paths import fp16_compute
+
+                precision = fp16_compute.STORAGE
+                verdict = ((self._report.features.get("paths") or {}).get(key) or {}).get("fp16_compute") \
+                    if self._report is not None else None
+                self._notes.append(fp16_compute.session_note(key, verdict))
             if key != "cpu" and self.options.isolation:
-                path = isolation.IsolatedPath(key, self.precision, disabled, self.options)
+                path = isolation.IsolatedPath(key, precision, disabled, self.options)
             else:
-                path = create_path(key, self.precision, disabled, self.options)
+                path = create_path(key, precision, disabled, self.options)
                 kernels = getattr(path, "kernels", None)
                 if isinstance(kernels, KernelCache) and self._report is not None:
                     kernels.tuning = tuning.load(key, self._report.fingerprint)  # this driver's variants

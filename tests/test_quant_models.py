@@ -1,5 +1,5 @@
 """Real models quantized with onnxruntime's tool (static QDQ, per-channel int8 weights, calibrated
-on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the compute paths with
+on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the gles3 and compute paths with
 ``fallback=False``, against onnxruntime's own int8 result and the float model.
 
 Quantized networks amplify float rounding: a conv sum that lands within float rounding of a
@@ -38,9 +38,11 @@ def _ort(model: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-@pytest.mark.parametrize("path", ["gles31", "vulkan"])
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in DEFAULT else [pytest.mark.slow]) for n in MODELS])
-def test_quantized_model_on_compute_path(name: str, path: str) -> None:
+# gles3's fragment programs take llvmpipe's JIT minutes on the larger models: slow there
+@pytest.mark.parametrize("name,path", [
+    pytest.param(n, p, marks=[] if n in DEFAULT and p != "gles3" else [pytest.mark.slow])
+    for n in MODELS for p in ("gles3", "gles31", "vulkan")])
+def test_quantized_model_on_gpu_path(name: str, path: str) -> None:
     qpath = _quantized(name)
     feeds = make_input(zoo.BY_NAME[name])
     want = _ort(qpath, feeds)

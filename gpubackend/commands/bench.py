@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
     add_shape_option(p)
     p.add_argument("--paths", type=_paths, default=None,
                    help="comma list of paths (default: every path the probe verified, plus cpu)")
-    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    p.add_argument("--precision", choices=("fp32", "fp16", "fp16-compute"), default="fp32")
     p.add_argument("--runs", type=int, default=50, help="timed runs per path (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per path first (default 5)")
     p.add_argument("--compare", action="append", default=[], choices=("onnxruntime",),

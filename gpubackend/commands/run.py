@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an input array (repeat for several inputs)")
     add_shape_option(p)
     p.add_argument("--path", default="auto", choices=("auto",) + PATH_KEYS, help="code path (default: auto)")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "fp16-compute"))
     p.add_argument("--no-fallback", action="store_true", help="fail instead of running unsupported nodes on cpu")
     p.add_argument("--output-dir", "-o", type=Path, help="write each output to DIR/<name>.npy")
     p.add_argument("--runs", type=int, default=1, help="run this many times and report the timing (default 1)")
