@@ -202,32 +202,40 @@ def shrunk(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | 
     return _resized(node, graph, small, kernel_name, kernel)
 
 
-def long_variant(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | None],
-                 kernel: str) -> tuple[Node, Graph, int] | None:
-    """``node`` alone with the axes its kernel loops over at their real length and the other
-    spatial axes cut as :func:`shrunk` cuts them (and, past ``LONG_CHECK_ELEMENTS``, the batch and
-    channel axes cut to 1 as well), with the loop length (the longest product of an input's loop
-    axes); None when the first check covers the loop axes (:func:`shrunk` keeps them whole, or
-    gives nothing and the node is checked at its real size), or no such node is valid within the bound."""
+def loop_length(node: Node, graph: Graph) -> int | None:
+    """The length ``node``'s kernel loops over (the longest product of an input's loop axes, see
+    :func:`gpubackend.ops.loops.loop_axes`) when the first check's cut shortens one of those axes;
+    None when it keeps them whole. Reads shapes only."""
     from .ops.loops import loop_axes
 
     shapes = _input_shapes(node, graph)
+    loops = {n: axes for n, axes in loop_axes(node, graph).items() if shapes is not None and n in shapes}
+    if shapes is None or not loops:
+        return None
+    if all(_cut(shapes[n], keep=(0, 1))[a] == shapes[n][a] for n, axes in loops.items() for a in axes):
+        return None
+    return max(int(np.prod([shapes[n][a] for a in axes])) for n, axes in loops.items())
+
+
+def long_variant(node: Node, graph: Graph, kernel_name: Callable[[Node, Graph], str | None],
+                 kernel: str) -> tuple[Node, Graph] | None:
+    """``node`` alone with the axes its kernel loops over at their real length and the other
+    spatial axes cut as :func:`shrunk` cuts them (and, past ``LONG_CHECK_ELEMENTS``, the batch and
+    channel axes cut to 1 as well); None when the first check ran the node at its real size
+    (:func:`shrunk` gives nothing), or no such node is valid within the bound."""
+    from .ops.loops import loop_axes
+
+    shapes = _input_shapes(node, graph)
+    if shapes is None or shrunk(node, graph, kernel_name, kernel) is None:
+        return None
     loops = loop_axes(node, graph)
-    if shapes is None or not any(n in shapes for n in loops):
-        return None
-    small = {n: _cut(s, keep=(0, 1)) for n, s in shapes.items()}
-    if all(small[n][a] == shapes[n][a] for n, axes in loops.items() if n in shapes for a in axes):
-        return None
-    if shrunk(node, graph, kernel_name, kernel) is None:  # the first check ran the node at its real size
-        return None
-    length = max(int(np.prod([shapes[n][a] for a in axes])) for n, axes in loops.items() if n in shapes)
     for whole in ((0, 1), ()):
         sized = {n: _cut(s, keep=loops.get(n, ()) + whole) for n, s in shapes.items()}
         if max(int(np.prod(s)) for s in sized.values()) > LONG_CHECK_ELEMENTS:
             continue
         got = _resized(node, graph, sized, kernel_name, kernel)
         if got is not None:
-            return (*got, length)
+            return got
     return None
 
 
@@ -353,10 +361,9 @@ class CheckedPath(Path):
     def _long_verdict(self, kernel: str, node: Node, graph: Graph) -> tuple[bool, str]:
         """The check at the node's real loop length (see the module's docstring); passes when the
         short check already covered it."""
-        target = long_variant(node, graph, self._kernel_name, kernel)
-        if target is None:
+        length = loop_length(node, graph)  # cheap: the graphs are built only when a check must run
+        if length is None:
             return True, "no long loop"
-        long_node, long_graph, length = target
         memo_key = f"{kernel}/long{length}"
         if memo_key in self.checked:
             return self.checked[memo_key]
@@ -368,10 +375,12 @@ class CheckedPath(Path):
             verdict = (False, f"{failed.get('detail', '')} (cached)")
         else:
             t0 = time.perf_counter()
-            result = run_check(self.inner, self._reference(), long_node, long_graph, self.precision)
+            target = long_variant(node, graph, self._kernel_name, kernel)
+            result = None if target is None else run_check(self.inner, self._reference(), *target, self.precision)
             self.seconds += time.perf_counter() - t0
-            if result is None:
-                return True, "not checked"
+            if result is None:  # covered by the first check, beyond the bound, or no verdict
+                self.checked[memo_key] = (True, "not checked at its loop length")
+                return self.checked[memo_key]
             verdict = (result[0], f"{result[1]}, loop length {length}")
             self.store.put(self.key, self.precision, f"{kernel}/long-{'passed' if result[0] else 'failed'}",
                            *verdict, length=length)

@@ -174,14 +174,15 @@ def test_a_fault_only_on_long_axes_is_caught_at_the_real_loop_length(path: str, 
 
 
 def test_long_variant_keeps_only_loop_axes_whole() -> None:
-    from gpubackend.kernel_check import long_variant
+    from gpubackend.kernel_check import long_variant, loop_length
     from gpubackend.model import to_graph
 
     graph = to_graph(_softmax_model(3000))
     node = graph.nodes[0]
-    _, g, length = long_variant(node, graph, lambda n, gr: "softmax", "softmax")
-    assert g.shape("x") == (1, 4, 3000) and length == 3000
-    assert long_variant(node, to_graph(_softmax_model(20)), lambda n, gr: "softmax", "softmax") is None
+    _, g = long_variant(node, graph, lambda n, gr: "softmax", "softmax")
+    assert g.shape("x") == (1, 4, 3000) and loop_length(node, graph) == 3000
+    short = to_graph(_softmax_model(20))
+    assert loop_length(short.nodes[0], short) is None
     # a Reduce over the channels (never cut) needs no second check; over a long spatial axis it does
     reduce = helper.make_node("ReduceMax", ["x"], ["y"], name="r", axes=[2], keepdims=1)
     model = helper.make_model(helper.make_graph(
@@ -189,5 +190,5 @@ def test_long_variant_keeps_only_loop_axes_whole() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 1, 40])]),
         opset_imports=[helper.make_opsetid("", 17)])
     rg = to_graph(model)
-    _, g, length = long_variant(rg.nodes[0], rg, lambda n, gr: "reduce", "reduce")
-    assert g.shape("x") == (2, 8, 5000, 32) and length == 5000
+    _, g = long_variant(rg.nodes[0], rg, lambda n, gr: "reduce", "reduce")
+    assert g.shape("x") == (2, 8, 5000, 32) and loop_length(rg.nodes[0], rg) == 5000
