@@ -1,11 +1,14 @@
 """The CPU path's two engines against onnxruntime alone, interleaved in one process.
 
     python benchmarks/bench_cpu.py [--models selfie,mobilenet,unet,yolov8n_nudenet,...] [--blocks 5]
-                                   [--runs 5] [--ops]
+                                   [--runs 5] [--ops] [--threads 2] [--clock wall|cpu]
 
 Prints the table ``model | onnxruntime ms | cpu:onnxruntime | cpu:numpy``: onnxruntime's p50 (2
 threads, no spinning) and each engine's p50 as a ratio to it, plus the NumPy engine's error against
-onnxruntime. Runners are timed in rounds (a settle run, then ``--runs`` timed runs each, in turn) so
+onnxruntime. ``--threads N`` gives onnxruntime and both engines N threads; ``--clock cpu`` times
+process CPU seconds instead of wall seconds: with ``--threads 1`` a comparison that a loaded machine
+disturbs far less than wall time (other processes' load does not count, cache contention still does).
+Runners are timed in rounds (a settle run, then ``--runs`` timed runs each, in turn) so
 drift on a busy machine hits all alike. Models: ``selfie`` (gpubackend/models), ``mobilenet`` and
 ``unet`` (the test models of tests/models.py), and any zoo model name (fetched already, see
 ``gpubackend zoo fetch``); the default is the three plus three zoo models. With ``--ops`` it also
@@ -60,9 +63,9 @@ def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return onnx.load(str(zoo.fetch(name))), make_input(zoo.BY_NAME[name], small=False)
 
 
-def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
+def _ort(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
+    opts.intra_op_num_threads = threads
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
@@ -110,18 +113,23 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per runner and round")
     ap.add_argument("--engines", default="onnxruntime,numpy")
     ap.add_argument("--ops", action="store_true", help="per-op-type profile of the NumPy engine")
+    ap.add_argument("--threads", type=int, default=2, help="threads of onnxruntime and of both engines")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall seconds, or process CPU seconds (use with --threads 1 on a busy machine)")
     args = ap.parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     engines = args.engines.split(",")
     print(f"| model | onnxruntime ms | {' | '.join('cpu:' + e for e in engines)} | numpy error |")
     print(f"|---|---|{'---|' * len(engines)}---|")
     for name in args.models.split(","):
         model, feeds = _model(name)
-        ref_sess = _ort(model)
+        ref_sess = _ort(model, args.threads)
         ref = ref_sess.run(None, feeds)
         runners = {"ort": functools.partial(ref_sess.run, None, feeds)}
         sessions = {}
         for engine in engines:
-            sessions[engine] = gpubackend.Session(model, path="cpu", cpu_engine=engine)
+            sessions[engine] = gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(
+                cpu_engine=engine, intra_op_num_threads=args.threads))
             runners["cpu:" + engine] = functools.partial(sessions[engine].run, feeds)
         err = _error(sessions["numpy"].run(feeds), ref) if "numpy" in sessions else float("nan")
         times: dict[str, list[float]] = {k: [] for k in runners}
@@ -129,9 +137,9 @@ def main() -> None:
             for key, fn in runners.items():
                 fn()  # settle
                 for _ in range(args.runs):
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     fn()
-                    times[key].append(time.perf_counter() - t0)
+                    times[key].append(clock() - t0)
         base = statistics.median(times["ort"])
         p50 = {e: statistics.median(times["cpu:" + e]) for e in engines}
         cells = [f"{p50[e] * 1e3:.2f} ms ({p50[e] / base:.2f}x)" for e in engines]
