@@ -11,7 +11,8 @@ that crashes at load must cost a verdict, not the caller). So it hashes, without
   ``EGL_PLATFORM``, ``GPUBACKEND_GL_CONTEXT``);
 * the package version, the Python version, the ``kp`` and ``moderngl`` files;
 * the sources that the verification runs (``capability_probe``, ``gpubackend/paths``,
-  ``shaders``, ``fallback``), so a changed kernel or canary is verified again;
+  ``gpubackend/ieee_check.py``, ``shaders``, ``fallback``), so a changed kernel or canary is
+  verified again;
 * the registered canaries and ``GPUBACKEND_FAULT`` / ``GPUBACKEND_DISABLE``, so a test with a
   fault never sees a healthy cached verdict and vice versa.
 
@@ -136,6 +137,12 @@ def _source_trees() -> list[str]:
             for loc in spec.submodule_search_locations:
                 roots.append(Path(loc) / sub if sub else Path(loc))
     out = []
+    try:  # the probe's NaN/Inf check, beside the paths
+        spec = importlib.util.find_spec("gpubackend.ieee_check")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        out.append(_stat(spec.origin))
     for r in roots:
         if not r.is_dir():
             continue
