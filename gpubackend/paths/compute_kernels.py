@@ -55,6 +55,7 @@ tuning.register("gemm", _blocking_variants("PX"), {"*": f"px{GEMM_PX}cb{GEMM_CB}
 DW_BX = 4
 DW3_BX = 4  # the 3x3 strip variant (K3S = stride 1 or 2)
 CONVT_CB = 2
+CONVT_PX = 8  # input pixels per invocation of the non-overlapping ConvTranspose (convtranspose_tap)
 MAX_GROUPS = 65535
 
 
@@ -488,6 +489,34 @@ def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
     return _conv_like(node, graph, precision, False)
 
 
+def _convtranspose_taps(node: Node, graph: Graph, precision: str) -> list[Record]:
+    """ConvTranspose with kernel == stride, no padding, dilation 1 (the taps do not overlap: a
+    pointwise GEMM per tap, ``convtranspose_tap.comp``)."""
+    g = _conv_geometry(node, graph, True)
+    if (g["kh"], g["kw"], g["pt"], g["pl"], g["dh"], g["dw"]) != (g["sh"], g["sw"], 0, 0, 1, 1) \
+            or (g["oh"], g["ow"]) != (g["ih"] * g["sh"], g["iw"] * g["sw"]):
+        raise Decline("not a ConvTranspose with kernel == stride, no padding, dilation 1, no output padding")
+    group = g["group"]
+    if (g["wc1"] * group, g["ci"] % group) != (g["co"], 0):
+        raise Decline(f"weight shape {_shape(graph, node.inputs[1])} does not match {g['ci']} -> {g['co']} "
+                      f"channels in {group} groups")
+    co4, ci4 = (g["co"] + 3) // 4, (g["ci"] + 3) // 4
+    cob = -(-co4 // CONVT_CB)
+    rows = g["n"] * g["ih"] * g["iw"]
+    act, a0, a1 = _act(g["act"])
+    groups, local = _grid_rows(-(-rows // CONVT_PX), cob, g["kh"] * g["kw"])
+    params = (("rows", rows), ("ih", g["ih"]), ("iw", g["iw"]), ("ci4", ci4), ("oh", g["oh"]), ("ow", g["ow"]),
+              ("co4", co4), ("co", g["co"]), ("kh", g["kh"]), ("kw", g["kw"]), ("cob", cob), ("act0", a0),
+              ("act1", a1), ("oc4s", co4), ("oc4o", 0))
+    return [Kernel("convtranspose", "compute/convtranspose_tap.comp",
+                   _variant(precision, ACT=act, PX=CONVT_PX, CB=CONVT_CB), params,
+                   (Binding("in", node.inputs[0]),
+                    _source(graph, node, 1, "the weight", f"{node.name}/w",
+                            lambda w: _pack_blocks(_grouped_dense(w, group, True), cob * CONVT_CB)),
+                    _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, g["co"], cob * CONVT_CB)),
+                    Binding("out", node.outputs[0])), groups, local, node.name)]
+
+
 def _convtranspose(node: Node, graph: Graph, precision: str) -> list[Record]:
     return _conv_like(node, graph, precision, True)
 
@@ -792,8 +821,8 @@ def _layout(node: Node, graph: Graph, precision: str) -> list[Record]:
                    (Binding("in", x), Binding("out", y)), groups, local, node.name)]
 
 
-_VIEW_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/resize.comp", "compute/gemm.comp",
-                 "compute/depthwise.comp", "compute/pool.comp"}
+_VIEW_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/convtranspose_tap.comp",
+                 "compute/resize.comp", "compute/gemm.comp", "compute/depthwise.comp", "compute/pool.comp"}
 
 
 def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
@@ -855,7 +884,8 @@ def _check(node: Node, graph: Graph) -> str | None:
 # Candidates per op type, most specialised first: (kernel name, generator(node, graph, precision)).
 REGISTRY = KernelRegistry("compute", {
     "Conv": [("conv1x1", _conv1x1), ("depthwise", _depthwise), ("conv", _conv)],
-    "ConvTranspose": [("convtranspose", _convtranspose)],
+    # one kernel name for both (per-kernel verdicts and conformance cases name "convtranspose")
+    "ConvTranspose": [("convtranspose", _convtranspose_taps), ("convtranspose", _convtranspose)],
     "Gemm": [("gemm", _gemm)],
     "MatMul": [("matmul", _matmul)],
     **{op: [("binary", _binary)] for op in ew.BINARY_OP_TYPES},
@@ -892,6 +922,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             for stride in (1, 2):
                 out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW3_BX, K3S=stride)))
             out.append(("compute/convtranspose.comp", _variant(prec, ACT=act, CB=CONVT_CB)))
+            out.append(("compute/convtranspose_tap.comp", _variant(prec, ACT=act, PX=CONVT_PX, CB=CONVT_CB)))
         for act in ACT_CODES.values():
             out.append(("compute/unary.comp", _variant(prec, ACT=act)))
         for bop in ew.BOP_CODES.values():
