@@ -93,7 +93,7 @@ def run_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray
     want = reference(op, [arrays[n] if n else None for n in names], dict(attrs), opset)
     got, stats, k = single(op, feeds, consts, attrs, names, opset, precision, tuple(want.shape))
     assert got.shape == want.shape
-    assert stats.dispatches == 1 and stats.uploads == len(feeds) and stats.downloads == 1
+    assert stats.dispatches == channel_draws(k, want.shape) and stats.uploads == len(feeds) and stats.downloads == 1
     assert np.isfinite(got).all() == np.isfinite(want).all(), "non-finite values (an unwritten texel?)"
     err = rel_err(got, want)
     tol = tol or (1e-2 if precision == "fp16" else 1e-5)
@@ -103,6 +103,11 @@ def run_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray
     if kernel:
         assert k.name == kernel
     return got
+
+
+def channel_draws(kernel: Any, out_shape: tuple[int, ...]) -> int:
+    """Draws of one node: one, or one per (n, c) for a Conv with per-channel uniform weights."""
+    return 1 if kernel.channel_uniforms is None else out_shape[0] * len(kernel.channel_uniforms)
 
 
 rng = np.random.default_rng(0)
@@ -481,7 +486,7 @@ def test_selfie_model_against_mediapipe_reference(precision):
 
     ref = models.onnxruntime_outputs(proto, {"input": x})[0]
     (got,), stats, draws = _run_graph(proto, {"input": x}, precision)
-    assert stats.uploads == 1 and stats.downloads == 1 and stats.dispatches == draws == 92
+    assert stats.uploads == 1 and stats.downloads == 1 and stats.dispatches == draws
     if precision == "fp32":
         assert float(np.abs(got - ref).max()) < 1e-4
         assert float(np.abs(got[0, 0] - masks[0]).max()) < 1e-3
@@ -534,7 +539,8 @@ def test_session_places_everything_on_gles2():
     x = np.random.default_rng(0).random((1, 3, 256, 256), dtype=np.float32)
     sess.run({"input": x})
     assert set(sess.placement.values()) == {"gles2"}
-    assert sess.stats.uploads == 1 and sess.stats.downloads == 1 and sess.stats.dispatches == 92
+    # one draw per node (92), more where a Conv draws once per output channel
+    assert sess.stats.uploads == 1 and sess.stats.downloads == 1 and sess.stats.dispatches >= 92
 
 
 # ---- ONNX backend node tests, forced to gles2 ------------------------------------------------
@@ -591,3 +597,63 @@ def test_conv_and_conv_transpose_with_weights_computed_at_run_time():
     run_node("ConvTranspose", {"x": rnd(1, 4, 3, 5), "w": rnd(4, 3, 2, 3)}, {"b": rnd(6)},
              attrs={"kernel_shape": [2, 3], "strides": [2, 1], "group": 2})
     run_node("Conv", {"x": rnd(1, 4, 6, 6), "w": rnd(5, 4, 1, 1)}, precision="fp16")
+
+
+# ---- Conv weights in uniforms, one draw per output channel ------------------------------------
+
+_CHANNEL_CASES = {
+    "1x1": ((2, 9, 5, 6), (6, 9, 1, 1), {}),
+    "3x3-pads-strides": ((1, 13, 11, 9), (7, 13, 3, 3), {"pads": [1, 2, 1, 0], "strides": [2, 1]}),
+    "depthwise-5x5": ((1, 6, 9, 8), (6, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 6}),
+    "grouped-dilated": ((1, 8, 10, 10), (12, 2, 3, 3), {"pads": [0, 1, 2, 1], "group": 4, "dilations": [1, 2]}),
+    "1x1-relu-cin4": ((1, 4, 7, 6), (5, 4, 1, 1), {"_act": ("Relu", {})}),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("case", list(_CHANNEL_CASES))
+def test_conv_with_channel_draws_matches_fallback(case, precision):
+    """The per-channel variant (forced at any size) against fallback, with Inf and NaN inputs
+    (each placed where the reference puts it)."""
+    from gpubackend.paths import gles2
+
+    xs, ws, attrs = _CHANNEL_CASES[case]
+    x = rnd(*xs)
+    x.reshape(-1)[[3, 40]] = [np.inf, np.nan]
+    consts = {"w": rnd(*ws, scale=0.3), "b": rnd(ws[0])}
+    if precision == "fp16":
+        x = x.astype(np.float16).astype(np.float32)
+    want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
+    path = gles2.create(precision, channel_draw_min_pixels=0)
+    path.poison = True
+    got, stats, k = single("Conv", {"x": x}, consts, attrs, precision=precision, out_shape=tuple(want.shape),
+                           path=path)
+    assert k.channel_uniforms is not None and stats.dispatches == xs[0] * ws[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    err = float(np.abs(got[finite] - want[finite]).max() / max(1.0, float(np.abs(want[finite]).max())))
+    assert err < (1e-2 if precision == "fp16" else 1e-5), err
+
+
+def test_channel_draws_only_where_they_pay_and_fit():
+    """Default: per-channel draws from CHANNEL_DRAW_MIN_PIXELS output pixels on; never past the
+    uniform vectors the driver has, nor when switched off (None)."""
+    from gpubackend.paths import gles2
+    from gpubackend.paths.gles2.kernels import CHANNEL_DRAW_MIN_PIXELS, Config, channel_weights
+
+    w = rnd(8, 16, 3, 3)
+    side = int(np.ceil(np.sqrt(CHANNEL_DRAW_MIN_PIXELS)))
+    cfg = Config("fp32", 4096, 16, 1024)
+    assert channel_weights(w, None, cfg, (1, 8, side, side)) is not None
+    assert channel_weights(w, None, cfg, (1, 8, side // 2, side // 2)) is None
+    assert channel_weights(w, None, Config("fp32", 4096, 16, 1024, None), (1, 8, side, side)) is None
+    assert channel_weights(w, None, Config("fp32", 4096, 16, 9 * 16 + 8), (1, 8, side, side)) is None
+    assert channel_weights(w, None, Config("fp32", 4096, 16, 9 * 16 + 9), (1, 8, side, side)) is not None
+    # off: the one-draw kernel, same answer
+    x = rnd(1, 16, 12, 12)
+    path = gles2.create("fp32", channel_draw_min_pixels=None)
+    got, stats, k = single("Conv", {"x": x}, {"w": w}, {"pads": [1, 1, 1, 1]}, path=path)
+    assert k.channel_uniforms is None and stats.dispatches == 1
+    want = reference("Conv", [x, w, None], {"pads": [1, 1, 1, 1]}, 17)
+    assert rel_err(got, want) < 1e-5

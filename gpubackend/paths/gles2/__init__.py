@@ -22,7 +22,7 @@ from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, run_steps
 from . import slice_norm_kernels  # noqa: F401  (adds Slice, BatchNormalization to REGISTRY)
-from .kernels import REGISTRY, Config, Kernel, generate
+from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
 KEY = "gles2"
@@ -59,6 +59,7 @@ class Runtime:
         info = ctx.info
         self.max_size = int(info.get("GL_MAX_TEXTURE_SIZE", 2048) or 2048)
         self.max_units = int(info.get("GL_MAX_TEXTURE_IMAGE_UNITS", 8) or 8)
+        self.max_uniform_vectors = int(info.get("GL_MAX_FRAGMENT_UNIFORM_VECTORS", 16) or 16)
         self.vertex = shaders.read("gles2/quad.vert")
         # The quad and the VAOs (one per cached program) live as long as the context, like the
         # programs, when the device keeps per-context state (a GLDevice does).
@@ -71,8 +72,8 @@ class Runtime:
                 device.on_program_evicted.append(functools.partial(_forget_vao, device, quad[1]))
         self.vbo, self._vaos = quad
 
-    def config(self, precision: str) -> Config:
-        return Config(precision, self.max_size, self.max_units)
+    def config(self, precision: str, channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS) -> Config:
+        return Config(precision, self.max_size, self.max_units, self.max_uniform_vectors, channel_draw_min_pixels)
 
     def program(self, kernel: Kernel) -> tuple[Any, Any]:
         prog = self.dev.program(self.vertex, kernel.fragment)
@@ -102,10 +103,19 @@ def _forget_vao(device: Any, vaos: dict[int, Any], prog: Any) -> None:
 
 
 class _Step:
-    __slots__ = ("node", "kernel", "vao", "inputs", "fbo", "out")
+    __slots__ = ("node", "kernel", "prog", "vao", "inputs", "fbo", "out", "bands")
 
-    def __init__(self, node: Node, kernel: Kernel, vao: Any, inputs: list[Any], fbo: Any, out: str):
-        self.node, self.kernel, self.vao, self.inputs, self.fbo, self.out = node, kernel, vao, inputs, fbo, out
+    def __init__(self, node: Node, kernel: Kernel, prog: Any, vao: Any, inputs: list[Any], fbo: Any, out: str,
+                 layout: Layout):
+        self.node, self.kernel, self.prog, self.vao, self.inputs, self.fbo, self.out = \
+            node, kernel, prog, vao, inputs, fbo, out
+        # per-channel kernels: (viewport, u_w bytes) of each draw, the rows of one (n, c)
+        self.bands: list[tuple[tuple[int, int, int, int], bytes]] = []
+        if kernel.channel_uniforms is not None:
+            n, c, h, _ = layout.d4
+            width = layout.size[0]
+            rows = [np.ascontiguousarray(u).tobytes() for u in kernel.channel_uniforms]
+            self.bands = [((0, (i * c + ch) * h, width, h), rows[ch]) for i in range(n) for ch in range(c)]
 
 
 class Gles2Segment(Segment):
@@ -148,8 +158,8 @@ class Gles2Segment(Segment):
                 tex = self._own(rt.texture(self.layouts[out]))
                 targets[slot] = (tex, self._own(rt.dev.ctx.framebuffer(color_attachments=[tex])))
             self.textures[out], self.fbos[out] = targets[slot]
-            _, vao = rt.program(k)
-            self.steps.append(_Step(node, k, vao, texs, self.fbos[out], out))
+            prog, vao = rt.program(k)
+            self.steps.append(_Step(node, k, prog, vao, texs, self.fbos[out], out, self.layouts[out]))
 
     def _own(self, obj: Any) -> Any:
         self._owned.append(obj)
@@ -157,7 +167,7 @@ class Gles2Segment(Segment):
 
     @property
     def draws(self) -> int:
-        return len(self.steps)
+        return sum(len(step.bands) or 1 for step in self.steps)
 
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         import moderngl
@@ -186,6 +196,17 @@ class Gles2Segment(Segment):
             step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
         for unit, tex in enumerate(step.inputs):
             tex.use(location=unit)
+        if step.bands:
+            weights = step.prog["u_w"]
+            full = step.fbo.viewport
+            for viewport, data in step.bands:
+                weights.write(data)
+                step.fbo.viewport = viewport
+                rt.dev.dispatched()
+                step.vao.render(GL_TRIANGLES, vertices=3)
+            step.fbo.viewport = full
+            stats.dispatches += len(step.bands)
+            return
         rt.dev.dispatched()
         step.vao.render(GL_TRIANGLES, vertices=3)
         stats.dispatches += 1
@@ -198,14 +219,16 @@ class Gles2Segment(Segment):
 class Gles2Path(Path):
     key = KEY
 
-    def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), device: Any = None):
+    def __init__(self, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), device: Any = None,
+                 channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS):
         super().__init__(precision, disabled_kernels)
         if precision not in ("fp32", "fp16"):
             raise ValueError(f"precision must be fp32 or fp16, not {precision!r}")
         self._device = device
         self._runtime: Runtime | None = None
         # the Config needs the GL context's limits: made at the first generation
-        self.kernels = KernelCache(REGISTRY, lambda: self.runtime.config(self.precision), disabled_kernels,
+        self.kernels = KernelCache(REGISTRY, lambda: self.runtime.config(self.precision, channel_draw_min_pixels),
+                                   disabled_kernels,
                                    lazy_context=True)
 
     @property
@@ -225,8 +248,9 @@ class Gles2Path(Path):
         return Gles2Segment(self, nodes, graph, inputs, outputs)
 
 
-def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), device: Any = None) -> Gles2Path:
-    return Gles2Path(precision, disabled_kernels, device)
+def create(precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(), device: Any = None,
+           channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS) -> Gles2Path:
+    return Gles2Path(precision, disabled_kernels, device, channel_draw_min_pixels)
 
 
 def kernel_name(node: Node, graph: Graph) -> str | None:
