@@ -25,7 +25,6 @@ from .layout import TexLayout, plan_layout, to4d
 
 GLSL_VERSION = "300 es"
 MAX_LOOP = 1 << 16  # refuse shaders whose per-fragment loop would be absurdly long
-UNROLL_MATVECS = 40  # conv: largest fully unrolled body (4x4 matrix-vector products); llvmpipe JIT time grows fast
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,10 @@ class Limits:
     targets: int = 4  # render targets per pass (measured; see benchmarks/bench_gles3.py)
     baked: bool = True  # shape values as constants (True) or uniforms (False)
     fp16: bool = False  # feature maps in RGBA16F textures (precision "fp16")
+    # conv: largest fully unrolled body, in 4x4 matrix-vector products (taps x input slices x
+    # targets). Unrolled, every weight index is a constant, which llvmpipe loads once per SIMD
+    # batch instead of gathering per fragment; past this the JIT time grows fast.
+    unroll_matvecs: int = 128
 
     @property
     def planes(self) -> int:
@@ -342,7 +345,7 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
               "PT": pads[0], "PL": pads[1]}
     # Unrolled: constant weight indices (uniform loads); capped so the shader stays compilable.
     unrolled = lim.baked and kind != "grouped" and mode == "ubo" and \
-        k * (x.slices if kind == "dense" else 1) * out.planes <= UNROLL_MATVECS
+        k * (x.slices if kind == "dense" else 1) * out.planes <= lim.unroll_matvecs
     # every tap inside the input (no padding, window within bounds): no select needed
     always_inside = not transpose and not any(pads) and \
         (out.h - 1) * strides[0] + (kh - 1) * dil[0] < x.h and (out.w - 1) * strides[1] + (kw - 1) * dil[1] < x.w
