@@ -198,14 +198,16 @@ class Gles2Segment(Segment):
             tex.use(location=unit)
         if step.bands:
             weights = step.prog["u_w"]
-            full = step.fbo.viewport
-            for viewport, data in step.bands:
-                weights.write(data)
-                step.fbo.viewport = viewport
-                rt.dev.dispatched()
-                step.vao.render(GL_TRIANGLES, vertices=3)
-            step.fbo.viewport = full
-            stats.dispatches += len(step.bands)
+            full = step.fbo.viewport  # the framebuffer keeps it: put back for its next user
+            try:
+                for viewport, data in step.bands:
+                    weights.write(data)
+                    step.fbo.viewport = viewport
+                    rt.dev.dispatched()
+                    step.vao.render(GL_TRIANGLES, vertices=3)
+                    stats.dispatches += 1
+            finally:
+                step.fbo.viewport = full
             return
         rt.dev.dispatched()
         step.vao.render(GL_TRIANGLES, vertices=3)
