@@ -215,3 +215,15 @@ def test_pose_landmark_logits_spread_is_the_interpreters(models: dict) -> None:
         bound = 2e-4 if k == 2 else TOL
         assert err(mine, want) <= bound, f"output {k}: ours {err(mine, want):.3g} from the float64 evaluation"
     assert err(refs[2], exact[2]) > 2 * err(ours[2], exact[2]), "the interpreter is not the one further off"
+
+
+@pytest.mark.parametrize("name", ["pose_detection", "face_detection_full_range_sparse"])
+def test_rank4_pad_is_imported_in_nchw(models: dict, name: str) -> None:
+    """ZeroPadding2D on an NHWC graph input was imported as a Pad over ONNX axes 1 and 2, which every
+    GPU path but gles2 declined (pose_detection: 4 nodes off gles3/gles31/vulkan)."""
+    from onnx import numpy_helper
+
+    proto = tflite_to_onnx(models[name])
+    consts = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    pads = [consts[n.input[1]].reshape(2, -1) for n in proto.graph.node if n.op_type == "Pad"]
+    assert pads and all(p.shape[1] == 4 and not p[:, :2].any() and p[:, 2:].any() for p in pads), pads

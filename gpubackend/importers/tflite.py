@@ -429,7 +429,9 @@ class _Importer:
 
     def pad(self, ins: list[int], out: int) -> None:
         p = self.const(ins[1]).astype(np.int64).reshape(-1, 2)
-        nchw = len(p) == 4 and self.stored_nchw(ins[0])
+        # Rank 4 pads in NCHW whatever the input's stored layout (a graph input is NHWC): padding
+        # H and W of an NHWC tensor would be a Pad over axes 1 and 2, which the GPU paths decline.
+        nchw = len(p) == 4
         if nchw:
             p = p[list(_TO_NCHW)]
         value = self.const(ins[2]).astype(np.float32).reshape(()) if len(ins) > 2 and ins[2] >= 0 else None
