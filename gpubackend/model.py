@@ -469,6 +469,11 @@ def fold_constants(graph: Graph) -> bool:
                     value = fallback.run_node(node.op_type, operands, node.attrs, graph.opset)
                 except Exception as exc:
                     raise ModelError(f"node {node.name} ({node.op_type}): {exc}") from exc
+        elif (node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2
+              and node.inputs[0] in graph.constants and graph.dtypes.get(node.inputs[1]) is not None):
+            # only the type of the second input matters: a constant cast to a runtime tensor's type folds
+            like = np.zeros(0, graph.dtypes[node.inputs[1]])
+            value = fallback.run_node("CastLike", [graph.constants[node.inputs[0]], like], node.attrs, graph.opset)
         elif (node.domain in ("", "ai.onnx") and node.op_type not in _NOT_FOLDABLE
               and node.op_type in fallback.supported_ops()
               and all(i == "" or i in graph.constants for i in node.inputs) and node.outputs):

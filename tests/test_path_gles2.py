@@ -560,10 +560,11 @@ def _node_cases() -> list[str]:
          r"test_(maxpool|averagepool)_2d_.*", r"test_gemm_.*", r"test_matmul_[234]d", r"test_concat_.*",
          r"test_resize_(up|down)sample_(scales|sizes)_(linear|nearest).*", r"test_softmax_.*", r"test_clip.*",
          r"test_flatten_.*", r"test_transpose_.*", r"test_prelu_.*", r"test_reshape_.*", r"test_pad.*",
-         r"test_(un)?squeeze.*", r"test_reduce_(mean|sum|max|min)_.*"],
+         r"test_(un)?squeeze.*", r"test_reduce_(mean|sum|max|min)_.*", r"test_split_.*"],
         {r".*_expanded(_ver\d+)?": "an expansion into other ops, tested through those ops",
          r".*(uint8|int8|int32|int64|_bool).*": "integer tensors: gles2 stores float32 only",
          r"test_maxpool_with_argmax.*": "Indices output: declined",
+         r"test_split_zero_size_splits_.*": "empty outputs: declined",
          r"test_convtranspose_3d|test_conv_.*3d.*": "3-D convolution: declined"})
 
 
@@ -589,6 +590,30 @@ def test_onnx_node_coverage():
     gpath()
     accepted = _ACCEPTED or [n for n in _node_cases() if check_node_case_on_path(n, "gles2")]
     assert len(accepted) >= ONNX_COVERAGE_FLOOR, f"only {len(accepted)} ONNX node cases run fully on gles2"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_split_draws_once_per_output(precision):
+    """Split along a middle axis into uneven parts; one part feeds a later node, two leave the segment."""
+    from onnx import TensorProto, helper
+
+    import gpubackend
+
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=2),
+             helper.make_node("Relu", ["b"], ["rb"])]
+    graph = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", f, [2, 3, 7, 5])],
+                              [helper.make_tensor_value_info(n, f, None) for n in ("a", "rb", "c")],
+                              initializer=[helper.make_tensor("sizes", TensorProto.INT64, [3], [2, 4, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = rnd(2, 3, 7, 5)
+    sess = gpubackend.Session(model, path="gles2", precision=precision, fallback=False)
+    got = sess.run({"x": x})
+    assert set(sess.placement.values()) == {"gles2"} and sess.stats.dispatches == 4
+    a, b, c = np.split(x, [2, 6], axis=2)
+    tol = 1e-6 if precision == "fp32" else 1e-3
+    for g, w in zip(got, [a, np.maximum(b, 0), c]):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
 
 
 def test_conv_and_conv_transpose_with_weights_computed_at_run_time():

@@ -876,8 +876,8 @@ def _check(node: Node, graph: Graph) -> str | None:
     for o in node.outputs[:1]:
         if o:
             _shape(graph, o)  # declines a shape not known statically
-    if node.op_type in compute_quant.INTEGER_OUTPUT_OPS:
-        return None  # integer tensors travel as floats holding their values (compute_quant)
+    if node.op_type in compute_quant.INTEGER_OUTPUT_OPS or node.op_type in compute_exact.EXACT_OUTPUT_OPS:
+        return None  # non-float tensors travel as floats holding their exact values (the generators check)
     return non_float32(graph, node.outputs[:1], "compute kernels handle float32 tensors only")
 
 
@@ -929,7 +929,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
-    return out + compute_ops.variants() + compute_quant.variants(PRECISIONS, fused)
+    return out + compute_ops.variants() + compute_exact.variants() + compute_quant.variants(PRECISIONS, fused)
 
 
 __all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats", "generate",
@@ -939,5 +939,6 @@ __all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_st
            "vec4_count", "view4"]
 
 # More generators (index-map layout ops, reductions, normalisations, ...) register themselves here;
-# so do the quantized (int8-weight, Quantize/DequantizeLinear) candidates of compute_quant.
-from . import compute_ops, compute_quant  # noqa: E402
+# so do the bool / integer ones (ArgMax, comparisons, Where, Cast: compute_exact) and the quantized
+# (int8-weight, Quantize/DequantizeLinear) candidates of compute_quant.
+from . import compute_exact, compute_ops, compute_quant  # noqa: E402

@@ -38,7 +38,7 @@ def addresses(shape: tuple[int, ...]) -> np.ndarray:
     return addr.reshape(shape)
 
 
-def _map_binding(key: str, mapped: np.ndarray) -> tuple[Binding, int]:
+def map_binding(key: str, mapped: np.ndarray) -> tuple[Binding, int]:
     """The packed int32 map (-1 in padding lanes) as a constant binding, and its vec4 count."""
     packed = ck.pack(mapped + 1, np.int64) - 1
     if packed.size and packed.max() >= 2**31:
@@ -116,7 +116,7 @@ def _gather_map(node: Node, graph: Graph, precision: str) -> list[Record]:
             raise Decline(f"output {y!r}: the graph says {ys}, the op gives {tuple(mapped.shape)}")
         if len(ys) > MAX_RANK or mapped.size == 0:
             raise Decline(f"output {y!r} of shape {ys}")
-        binding, total = _map_binding(f"{node.name}/map:{y}", mapped)
+        binding, total = map_binding(f"{node.name}/map:{y}", mapped)
         groups, local = ck._grid_flat(total)
         out.append(Kernel("gather", "compute/gather.comp", ck._variant(precision), (("total", total),),
                           (Binding("in", x), binding, Binding("out", y)), groups, local, node.name))
@@ -137,14 +137,21 @@ def _reduce(node: Node, graph: Graph, precision: str) -> list[Record]:
         if x in graph.constants:
             raise Decline("identity of a constant (folded on the host)")
         return [ck.Alias(x, y, "reduce", node.name)]
+    return [reduce_record(node, graph, precision, xs, rec.axes, _REDUCE_OPS[node.op_type])]
+
+
+def reduce_record(node: Node, graph: Graph, precision: str, xs: tuple[int, ...], axes: tuple[int, ...],
+                  op: int) -> Kernel:
+    """``reduce.comp`` over ``axes`` of input 0 (shape ``xs``) into output 0 with op code ``op``."""
+    x, y = node.inputs[0], node.outputs[0]
     a = addresses(xs)
-    base = a[tuple(0 if k in rec.axes else slice(None) for k in range(len(xs)))]
+    base = a[tuple(0 if k in axes else slice(None) for k in range(len(xs)))]
     ys = ck._shape(graph, y)
     if base.size != math.prod(ys) or len(ys) > MAX_RANK:
-        raise Decline(f"output shape {ys} does not match reducing {xs} over {rec.axes}")
+        raise Decline(f"output shape {ys} does not match reducing {xs} over {axes}")
     origin = (0,) * len(xs)
     loops: list[list[int]] = []  # [length, address stride] per reduced axis of length > 1, merged where they chain
-    for k in rec.axes:
+    for k in axes:
         if xs[k] > 1:
             stride = int(a[tuple(1 if j == k else 0 for j in range(len(xs)))] - a[origin])
             if loops and loops[-1][1] == xs[k] * stride:
@@ -155,12 +162,12 @@ def _reduce(node: Node, graph: Graph, precision: str) -> list[Record]:
         raise Decline(f"reduction over {len(loops)} separate axes (at most 4)")
     loops = [[1, 0]] * (4 - len(loops)) + loops
     lens, strides = [n for n, _ in loops], [st for _, st in loops]
-    binding, total = _map_binding(f"{node.name}/base", base.reshape(ys))
+    binding, total = map_binding(f"{node.name}/base", base.reshape(ys))
     groups, local = ck._grid_flat(total)
-    params = (("total", total), ("op", _REDUCE_OPS[node.op_type]), *zip(("l0", "l1", "l2", "l3"), lens),
-              *zip(("s0", "s1", "s2", "s3"), strides), ("count", float(math.prod(xs[k] for k in rec.axes))))
-    return [Kernel("reduce", "compute/reduce.comp", ck._variant(precision), params,
-                   (Binding("in", x), binding, Binding("out", y)), groups, local, node.name)]
+    params = (("total", total), ("op", op), *zip(("l0", "l1", "l2", "l3"), lens),
+              *zip(("s0", "s1", "s2", "s3"), strides), ("count", float(math.prod(xs[k] for k in axes))))
+    return Kernel("reduce", "compute/reduce.comp", ck._variant(precision), params,
+                  (Binding("in", x), binding, Binding("out", y)), groups, local, node.name)
 
 
 def _softmax_axis(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -231,15 +238,6 @@ def _matmul4(node: Node, graph: Graph, precision: str) -> list[Record]:
               ("b_n", int(sb[0] > 1)), ("a_splat", int(sa[1] == 1 < h)), ("b_splat", int(sb[1] == 1 < h)))
     return [Kernel("matmul4", "compute/matmul4.comp", ck._variant(precision), params,
                    (Binding("in", a), Binding("in", b), Binding("out", y)), groups, local, node.name)]
-
-
-def _cast(node: Node, graph: Graph, precision: str) -> list[Record]:
-    """Cast / CastLike from float32 to float32 (``generate`` declines other output types): a no-op."""
-    x = node.inputs[0]
-    if x in graph.constants:
-        raise Decline("Cast of a constant (folded on the host)")
-    ck._float_tensor(graph, x, MAX_RANK)
-    return [ck.Alias(x, node.outputs[0], "layout", node.name)]
 
 
 def _scale_record(node: Node, graph: Graph, precision: str, x: str, y: str, factor: float) -> Kernel:
@@ -364,7 +362,6 @@ def _register() -> None:
     for op in (*_RESHAPES, "Transpose"):  # the relayout kernel first (or a zero-copy alias) up to rank 4
         reg[op] = [c for c in reg.get(op, []) if c[0] != "gather"] + [("gather", _gather_map)]
     reg["BatchNormalization"] = [("affine", _batchnorm)]
-    reg["Cast"] = reg["CastLike"] = [("layout", _cast)]
     reg["LayerNormalization"] = reg["InstanceNormalization"] = [("norm", _norm)]
     for op in ("Sum", "Mean", "Max", "Min"):
         reg[op] = [c for c in reg.get(op, []) if c[0] != "nary"] + [("nary", _nary)]

@@ -80,6 +80,13 @@ class KernelRegistry(dict[str, list[Candidate]]):
             cands.insert(0, (kernel, generator)) if first else cands.append((kernel, generator))
 
 
+# Non-float tensors on the float paths (bool results, ArgMax indices, Where of integers) are held as
+# exact floats: bool as 0.0 / 1.0, integers as their value, converted to the graph's type where they
+# leave the device. Integers are exact up to this magnitude in each storage precision (fp32: 24-bit
+# significand, fp16: 11-bit); a kernel that cannot bound its integers by it declines.
+EXACT_INTEGER_LIMIT = {"fp32": 1 << 24, "fp16": 1 << 11}
+
+
 def non_float32(graph: Graph, names: Iterable[str], holds: str) -> str | None:
     """The reason to decline when one of ``names`` (empty names skipped) is known not to be
     float32; ``holds`` says what the path stores (e.g. "gles3 textures hold float32 only")."""
@@ -208,5 +215,5 @@ class KernelCache:
         return sum(len(v) for v in self._memo.values())
 
 
-__all__ = ["Candidate", "Generated", "Generator", "KernelCache", "KernelRecord", "KernelRegistry", "ONNX_DOMAINS",
-           "generate", "non_float32"]
+__all__ = ["EXACT_INTEGER_LIMIT", "Candidate", "Generated", "Generator", "KernelCache", "KernelRecord",
+           "KernelRegistry", "ONNX_DOMAINS", "generate", "non_float32"]

@@ -1,7 +1,9 @@
 // Reduce* over any axes. Lane l of output vec4 i reduces the input scalars at packed addresses
 // base + k0*s0 + k1*s1 + k2*s2 + k3*s3 (k < l), with base = m[i][l] (-1: padding lane, 0). The
 // packed address is linear in the coordinates, so the offsets are the same for every output.
-// op: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 L1, 6 L2, 7 log-sum, 8 log-sum-exp, 9 sum of squares.
+// op: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 L1, 6 L2, 7 log-sum, 8 log-sum-exp, 9 sum of squares,
+// 10 ArgMax, 11 ArgMin, 12 / 13 the same with select_last_index: the position of the first (last)
+// extreme in k0..k3 order, a NaN counting as the extreme (as NumPy), returned as an exact float.
 #include "compute/prelude.glsl"
 
 PARAMS_BEGIN
@@ -16,7 +18,26 @@ bool is_nan(float v) { return (floatBitsToUint(v) & 0x7fffffffu) > 0x7f800000u; 
 
 float at(int a) { return LD(x, a >> 2)[a & 3]; }
 
+float arg_from(int base) {
+    bool last = p.op >= 12, is_min = p.op == 11 || p.op == 13;
+    float best = at(base);
+    int at_k = 0, k = 0;
+    for (int k0 = 0; k0 < p.l0; k0++)
+    for (int k1 = 0; k1 < p.l1; k1++)
+    for (int k2 = 0; k2 < p.l2; k2++)
+    for (int k3 = 0; k3 < p.l3; k3++) {
+        float v = at(base + k0 * p.s0 + k1 * p.s1 + k2 * p.s2 + k3 * p.s3);
+        bool better = is_min ? v < best : v > best;
+        bool tie = v == best;
+        bool take = last ? is_nan(v) || (!is_nan(best) && (better || tie)) : !is_nan(best) && (is_nan(v) || better);
+        if (take) { best = v; at_k = k; }
+        k++;
+    }
+    return float(at_k);
+}
+
 float reduce_from(int base) {
+    if (p.op >= 10) return arg_from(base);
     bool is_max = p.op == 2 || p.op == 8;
     float acc = p.op == 4 ? 1.0 : p.op == 2 || p.op == 8 ? -1.0 / 0.0 : p.op == 3 ? 1.0 / 0.0 : 0.0;
     for (int k0 = 0; k0 < p.l0; k0++)

@@ -21,7 +21,7 @@ from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, run_steps
-from . import slice_norm_kernels  # noqa: F401  (adds Slice, BatchNormalization to REGISTRY)
+from . import slice_norm_kernels  # noqa: F401  (adds Slice, Split, BatchNormalization to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
@@ -129,21 +129,25 @@ class Gles2Segment(Segment):
         self.textures: dict[str, Any] = {}
         self.fbos: dict[str, Any] = {}
         self._owned: list[Any] = []
-        kernels: list[Kernel] = path.kernels.payloads(nodes, graph, KEY)
+        # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
+        payloads = path.kernels.payloads(nodes, graph, KEY)
+        draws: list[tuple[Node, Kernel, str]] = [
+            (node, k, k.output or node.outputs[0]) for node, payload in zip(nodes, payloads)
+            for k in (payload if isinstance(payload, list) else [payload])]
         for name in inputs:
             self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
             self.textures[name] = self._own(rt.texture(self.layouts[name]))
-        for node, k in zip(nodes, kernels):
-            self.layouts[node.outputs[0]] = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
+        for _, k, out in draws:
+            self.layouts[out] = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
         # Render targets shared by tensors whose lifetimes do not overlap (segment_services); the
         # uploaded inputs keep their own textures.
-        produced = {n.outputs[0] for n in nodes}
-        slot_of, _ = plan_storage([[*k.inputs, n.outputs[0]] for n, k in zip(nodes, kernels)],
+        produced = {out for _, _, out in draws}
+        slot_of, _ = plan_storage([[*k.inputs, out] for _, k, out in draws],
                                   lambda name: self.layouts[name].size, managed=produced.__contains__,
                                   keep=outputs)
         targets: dict[int, tuple[Any, Any]] = {}
         self.steps: list[_Step] = []
-        for node, k in zip(nodes, kernels):
+        for node, k, out in draws:
             texs = []
             for name in k.inputs:
                 if name not in self.textures:  # a constant: uploaded once, fp32
@@ -152,7 +156,6 @@ class Gles2Segment(Segment):
                     self.layouts[name] = lay
                     self.textures[name] = self._own(rt.texture(lay, lay.to_bytes(arr)))
                 texs.append(self.textures[name])
-            out = node.outputs[0]
             slot = slot_of[out]
             if slot not in targets:
                 tex = self._own(rt.texture(self.layouts[out]))

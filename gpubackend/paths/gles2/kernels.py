@@ -64,6 +64,7 @@ class Kernel(KernelRecord):
     # drawn once per (n, c) over that channel's rows of the output (layout rows k == 1), with
     # u_w set to row c before each draw.
     channel_uniforms: np.ndarray | None = None
+    output: str = ""  # the node output this draw writes ("": the first; Split draws once per output)
 
     @property
     def kernel_name(self) -> str:
@@ -864,7 +865,7 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
 def _check(node: Node, graph: Graph) -> str | None:
     if not node.outputs or not node.outputs[0]:
         return "no output"
-    if any(node.outputs[1:]):
+    if any(node.outputs[1:]) and node.op_type != "Split":
         return "optional extra outputs not supported"
     return None
 

@@ -1,9 +1,12 @@
-"""gles2 kernels for Slice (rank <= 4) and inference-mode BatchNormalization, added to ``kernels.REGISTRY``.
+"""gles2 kernels for Slice and Split (rank <= 4) and inference-mode BatchNormalization, added to
+``kernels.REGISTRY``.
 
 Both read their semantics from the op layer's records; the generated bodies follow the same
 ``float compute(n, c, h, w)`` convention as ``kernels.py``."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -30,6 +33,31 @@ def gen_slice(node: Node, graph: Graph, cfg: Config) -> Kernel:
     return g.finish("layout", body, ys)
 
 
+def gen_split(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
+    """One draw per output (a gles2 draw writes one texture): output k reads the input shifted by
+    the sizes of the outputs before it along the split axis."""
+    x = node.inputs[0]
+    rec = ops.require(node, graph, ops.SplitRecord)
+    kernels = []
+    offset = 0
+    for y, size in zip(node.outputs, rec.sizes):
+        if y:
+            g = _Gen(node, graph, cfg)
+            g.check_float(x, y)
+            xs, ys = g.shape(x), g.shape(y)
+            if len(xs) > 4:
+                raise Decline("Split of more than 4 dimensions")
+            if size == 0:
+                raise Decline(f"output {y!r} is empty")
+            src = list("nchw")
+            axis = rec.axis + 4 - len(xs)
+            src[axis] = f"({lit(offset)} + {src[axis]})"
+            body = f"float compute(float n, float c, float h, float w) {{ return {g.load(x)}({', '.join(src)}); }}"
+            kernels.append(replace(g.finish("layout", body, ys), output=y))
+        offset += size
+    return kernels
+
+
 def gen_batchnorm(node: Node, graph: Graph, cfg: Config) -> Kernel:
     """y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = bias - mean * a, folded at generation."""
     g = _Gen(node, graph, cfg)
@@ -54,4 +82,5 @@ def gen_batchnorm(node: Node, graph: Graph, cfg: Config) -> Kernel:
 
 
 REGISTRY.add("Slice", "layout", gen_slice)
+REGISTRY.add("Split", "layout", gen_split)
 REGISTRY.add("BatchNormalization", "batchnorm", gen_batchnorm)
