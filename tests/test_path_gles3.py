@@ -339,19 +339,16 @@ NODE_INCLUDE = [
 ]
 NODE_EXCLUDE = {
     r".*_expanded(_ver\d+)?": "function-body expansions test other operators",
-    r"test_(basic_)?conv_.*|test_convtranspose.*|test_gemm_.*|test_matmul_2d|test_resize_.*|test_constant_pad|"
+    r"test_(basic_)?conv_.*|test_convtranspose.*|test_gemm_.*|test_constant_pad|"
     r"test_clip(_default_(min|max)|_example|_inbounds|_outbounds|_splitbounds|_min_greater_than_max)?":
-        "weights, scales, pads or bounds arrive as graph inputs; gles3 needs them constant (baked into the "
+        "weights, pads or bounds arrive as graph inputs; gles3 needs them constant (baked into the "
         "shader or its uniform buffers), so the planner places these nodes on cpu",
     r"test_clip_default_int8_.*|test_(edge|reflect)_pad|test_maxpool_2d_uint8": "integer tensors (gles3 "
                                                                                  "textures hold floats)",
     r"test_(add|sub|mul|div)_bcast|test_prelu_broadcast": "a runtime rank-1 operand [5] against [3,4,5] is "
         "stored in another NCHW view (the same operand as a constant is supported)",
-    r"test_concat_(1d|2d|3d)_axis_(0|2|negative_1|negative_3)|test_concat_2d_axis_negative_2":
-        "concatenation along an axis other than channels (axis 1)",
-    r"test_softmax_(axis_0|axis_2|default_axis|negative_axis|large_number|example)": "softmax over an axis "
-                                                                                      "other than channels",
-    r"test_flatten_.*": "these Flattens change the NCHW view (no layout kernel; [N,C,1,1] -> [N,C] is a free view)",
+    r"test_resize_.*_(antialias|half_pixel_symmetric|axes_2_3|axes_3_2)": "declined by gles3's resize kernel "
+        "(antialias, coordinate mode half_pixel_symmetric, the axes attribute)",
 }
 
 
