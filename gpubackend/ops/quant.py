@@ -91,6 +91,23 @@ def output_channel_scale(node: Node, graph: Graph, out_channels: int, group: int
     return per_co
 
 
+def weight_scale(node: Node, graph: Graph) -> np.ndarray | str:
+    """:func:`output_channel_scale` of a Conv / ConvTranspose / Gemm / MatMul, its output channels
+    and groups read off the node (the scale every path's int8 weight kernel applies)."""
+    from .records import ConvRecord, GemmRecord, require  # records imports this module at load
+
+    if node.op_type in ("Conv", "ConvTranspose"):
+        rec = require(node, graph, ConvRecord)
+        co, group = rec.out_channels, rec.group
+    else:
+        bshape = graph.shape(node.inputs[1]) if len(node.inputs) > 1 else None
+        if bshape is None or len(bshape) != 2:
+            return "the weight must be a rank-2 constant"
+        trans = node.op_type == "Gemm" and require(node, graph, GemmRecord).trans_b
+        co, group = int(bshape[0] if trans else bshape[1]), 1
+    return output_channel_scale(node, graph, co, group)
+
+
 @dataclass(frozen=True)
 class QuantRecord:
     """QuantizeLinear (``quantize``) or DequantizeLinear: ``y = saturate(round_half_even(x /

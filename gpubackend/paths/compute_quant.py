@@ -76,16 +76,7 @@ def _quantize_weights(k: ck.Kernel, scale: np.ndarray, name: str) -> ck.Kernel:
 
 def _weight_candidate(name: str, float_gen: ck.Generator) -> ck.Generator:
     def gen(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
-        if node.op_type in ("Conv", "ConvTranspose"):
-            rec = ops.require(node, graph, ops.ConvRecord)
-            co, group = rec.out_channels, rec.group
-        else:
-            bshape = graph.shape(node.inputs[1]) if len(node.inputs) > 1 else None
-            if bshape is None or len(bshape) != 2:
-                raise Decline("the weight must be a rank-2 constant")
-            trans = node.op_type == "Gemm" and ops.require(node, graph, ops.GemmRecord).trans_b
-            co, group = int(bshape[0] if trans else bshape[1]), 1
-        scale = ops.quant.output_channel_scale(node, graph, co, group)
+        scale = ops.quant.weight_scale(node, graph)
         if isinstance(scale, str):
             raise Decline(scale)
         records = float_gen(node, graph, precision)

@@ -80,16 +80,7 @@ def weight_decls_q8(mode: str, r_out: int, nwords: int) -> str:
 
 def _weight_candidate(float_gen):
     def gen(node: Node, graph: Graph, lim: gk.Limits) -> gk.Kernel | str:
-        if node.op_type in ("Conv", "ConvTranspose"):
-            rec = ops.require(node, graph, ops.ConvRecord)
-            co, group = rec.out_channels, rec.group
-        else:
-            bshape = graph.shape(node.inputs[1]) if len(node.inputs) > 1 else None
-            if bshape is None or len(bshape) != 2:
-                return "the weight must be a rank-2 constant"
-            trans = node.op_type == "Gemm" and ops.require(node, graph, ops.GemmRecord).trans_b
-            co, group = int(bshape[0] if trans else bshape[1]), 1
-        scale = ops.quant.output_channel_scale(node, graph, co, group)
+        scale = ops.quant.weight_scale(node, graph)
         if isinstance(scale, str):
             return scale
         return float_gen(node, graph, lim, qscale=scale)
