@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from doc_markers import replace_between  # noqa: E402  (tools/ is on sys.path when run)
 
 from gpubackend import Session  # noqa: E402
 from gpubackend.errors import ModelError  # noqa: E402
@@ -93,15 +94,6 @@ def table(rows: list[dict], paths: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} markers")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma list of model stems (default: every model in the wheel)")
@@ -131,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     if args.write:
-        write_doc(text)
+        replace_between(DOC, BEGIN, END, text)
     return 0
 
 

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from doc_markers import replace_between  # noqa: E402  (tools/ is on sys.path when run)
 
 from gpubackend import zoo  # noqa: E402
 from gpubackend.zoo.check import coverage, ort_session, rel_error  # noqa: E402
@@ -167,15 +168,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} markers")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", action="store_true", help="rewrite tests/data/zoo_coverage.json")
@@ -213,7 +205,7 @@ def main() -> int:
     text = table(list(rows.values()))
     print(text)
     if args.write:
-        write_doc(text)
+        replace_between(DOC, BEGIN, END, text)
     return 0
 
 
