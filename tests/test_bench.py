@@ -184,6 +184,19 @@ def test_large_kernel_models_are_float32_and_costed():
         assert cost.flops > 1e8 and cost.intensity > 10, label  # large: compute-bound on any peak ratio here
 
 
+def test_roofline_targets_per_path():
+    from gpubackend.bench import kernels, report
+
+    assert "gles3" in kernels.SWEEP_PATHS
+    rows = [{"path": "gles3", "kernel": "matmul 512^3", "frac_flops": 0.25},
+            {"path": "vulkan", "kernel": "matmul 512^3", "frac_flops": 0.25},
+            {"path": "cpu", "kernel": "matmul 512^3", "frac_flops": 0.9}]
+    lines = report.target_lines({"paths": {}, "kernels": rows})
+    assert "  gles3 matmul 512^3 >= 20% of FMA peak: met (25%)" in lines
+    assert "  vulkan matmul 512^3 >= 30% of FMA peak: NOT met (25%)" in lines
+    assert not any(ln.startswith("  cpu") for ln in lines)
+
+
 def test_plot_main_combines_results(tmp_path):
     from gpubackend.bench import plot
 

@@ -49,7 +49,8 @@ def conv(c: int, size: int, k: int) -> bytes:
     return _model(node, [1, c, size, size], [1, c, size, size], [w, b], ["w", "b"])
 
 
-SWEEP_PATHS = ("vulkan", "gles31", "cpu")  # the fragment paths take minutes on these sizes on llvmpipe
+# gles3 takes about 100 s for the four (compile included) on llvmpipe; gles2 takes many minutes
+SWEEP_PATHS = ("vulkan", "gles31", "gles3", "cpu")
 KERNELS: dict[str, Callable[[], bytes]] = {
     "matmul 512^3": lambda: matmul(512),
     "gemm 256x1024x1024": lambda: gemm(256, 1024, 1024),

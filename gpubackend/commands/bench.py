@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         results.append(({"model": None, "machine": machine_info(), "options": {"paths": paths}, "paths": {},
                          "micro": {k: micro.measure_peak(k).as_dict() for k in paths}}, b""))
     if args.roofline:  # the large kernels are the same for every model: once, with the first result
-        # (on the compute paths the roofline target is about, and cpu for scale)
+        # (on the paths the roofline targets are about: gles31/vulkan, gles3; cpu for scale)
         first = results[0][0]
         sweep = []
         for key in [k for k in first["options"]["paths"] if k in kernels.SWEEP_PATHS]:
