@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cpu.py [--models selfie,mobilenet,unet,yolov8n_nudenet,...] [--blocks 5]
                                    [--runs 5] [--ops] [--threads 2] [--clock wall|cpu]
+                                   [--split-sweep 18,20,22,24]
 
 Prints the table ``model | onnxruntime ms | cpu:onnxruntime | cpu:numpy``: onnxruntime's p50 (2
 threads, no spinning) and each engine's p50 as a ratio to it, plus the NumPy engine's error against
@@ -106,6 +107,49 @@ def _op_profile(sess: gpubackend.Session, feeds: dict[str, np.ndarray], reps: in
         print(f"    {key:22s} n={counts[key]:3d} {secs * 1e3:8.2f} ms  {100 * secs / total:5.1f}%")
 
 
+def _split_sweep(name: str, exponents: list[int], args: argparse.Namespace) -> None:
+    """How the kernel-thread split threshold (``fallback._runtime.MIN_PART_WORK``) trades hand-offs
+    for parallel work: one NumPy-engine session with 1 thread and one with ``args.threads``, each
+    threshold in turn, interleaved rounds."""
+    from gpubackend.fallback import _runtime
+
+    model, feeds = _model(name)
+    sessions = {t: gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(
+        cpu_engine="numpy", intra_op_num_threads=t)) for t in (1, args.threads)}
+    variants = [("1 thread", 1, _runtime.MIN_PART_WORK)] + [
+        (f"{args.threads} threads, 1 << {e}", args.threads, 1 << e) for e in exponents]
+    pool = _runtime._executor()
+    submit, handoffs = pool.submit, [0]
+
+    def counted(*a, **k):  # noqa: ANN002, ANN003
+        handoffs[0] += 1
+        return submit(*a, **k)
+
+    default = _runtime.MIN_PART_WORK
+    pool.submit = counted
+    wall: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
+    per_run: dict[str, int] = {}
+    try:
+        for _ in range(args.blocks):
+            for label, threads, min_work in variants:
+                _runtime.MIN_PART_WORK = min_work
+                sessions[threads].run(feeds)  # settle
+                handoffs[0] = 0
+                for _ in range(args.runs):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    sessions[threads].run(feeds)
+                    wall[label].append(time.perf_counter() - t0)
+                    cpu[label].append(time.process_time() - c0)
+                per_run[label] = handoffs[0] // args.runs
+    finally:
+        _runtime.MIN_PART_WORK = default
+        pool.submit = submit
+    for label, *_ in variants:
+        print(f"{name:24s} {label:22s} wall {statistics.median(wall[label]) * 1e3:8.2f} ms  "
+              f"cpu {statistics.median(cpu[label]) * 1e3:8.2f} ms  hand-offs/run {per_run[label]}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=DEFAULT_MODELS)
@@ -116,7 +160,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads of onnxruntime and of both engines")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall seconds, or process CPU seconds (use with --threads 1 on a busy machine)")
+    ap.add_argument("--split-sweep", default="",
+                    help="instead of the table: the NumPy engine with 1 thread and with --threads threads at each "
+                         "MIN_PART_WORK exponent of this comma list (e.g. 18,20,22,24), interleaved, wall and CPU "
+                         "ms and thread hand-offs per run")
     args = ap.parse_args()
+    if args.split_sweep:
+        for name in args.models.split(","):
+            _split_sweep(name, [int(e) for e in args.split_sweep.split(",")], args)
+        return
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     engines = args.engines.split(",")
     print(f"| model | onnxruntime ms | {' | '.join('cpu:' + e for e in engines)} | numpy error |")

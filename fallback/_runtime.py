@@ -79,10 +79,14 @@ _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
 
-# a part smaller than this many element operations is not worth a hand-off to another thread: a
-# hand-off (submit, wake-up, join) measured 77 us under load, where 65,536 float multiplies in cache
-# take 10 us
-MIN_PART_WORK = 1 << 18
+# a part smaller than this many element operations (about a millisecond of work) is not worth a
+# hand-off to another thread. A hand-off costs far more than its submit and wake-up: while both
+# threads run, every one of the part's NumPy calls re-takes the GIL against the other thread. With
+# 1 << 18 (the earlier value) selfie made 48 hand-offs per run and spent 16 ms more CPU time than
+# one thread (46 against 30 ms; mobilenetv3 46 against 34 ms), and its 2-thread wall time came out
+# slower than one thread's; with 1 << 22 it makes none and the CPU time equals one thread's (measured
+# under load, interleaved in one process: benchmarks/bench_cpu.py --split-sweep)
+MIN_PART_WORK = 1 << 22
 
 
 def usable_cores() -> int:

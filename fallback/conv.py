@@ -4,8 +4,8 @@
 * 2-D depthwise (one input channel per group, any multiplier): the padded input split into stride
   phases and flattened (``phase_planes``), so every kernel tap is one contiguous slice; the taps are
   gathered per cache-sized channel block (the taps of one phase plane form a regular grid of
-  offsets: one strided-view copy each, see ``_tap_grids``) and summed by one batched BLAS call (tap
-  loop of two ufunc passes for very large planes). Other ranks use the tap loop on strided slices.
+  offsets: one strided-view copy each, see ``_tap_grids``) and summed by one batched BLAS call; large
+  planes in bands of output rows. Other ranks use a tap loop on strided slices.
 * ungrouped 2-D convolutions with 8+ input channels: one GEMM per kernel tap on the phase planes
   (each tap a BLAS-ready shifted view, no im2col), accumulated over cache-sized column bands; with
   fewer input channels (stems), im2col on the phase planes (unit-stride tap copies) and one GEMM.
@@ -132,38 +132,17 @@ def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, 
             x = np.repeat(x, mult, axis=1)
         return phase_planes(x, pb, out, strides, dil, list(kernel))[0]
 
-    if length > _DW_GEMM_MAX_PIXELS:
-        # large planes: two ufunc passes per tap, over blocks of channels small enough that the
-        # block's output, scratch and input planes stay in L2 through all the taps (one block of
-        # all channels streamed each tap through memory: 16x128x128 3x3 2.1 ms -> 3.4 ms,
-        # 32x160x160 6.2 ms -> 19 ms, measured under load)
-        wt = np.ascontiguousarray(wv.T).reshape(ktaps, m, 1)
-        block = max(1, _TAP_BLOCK_BYTES // (3 * n * length * np.dtype(dtype).itemsize))
-
-        def run_taps(x: np.ndarray) -> np.ndarray:
-            flat = planes(x)
-            y = empty((n, m, length), dtype)
-
-            def channels(c0: int, c1: int) -> None:
-                tmp = np.empty((n, min(block, c1 - c0), length), dtype=dtype)
-                for b0 in range(c0, c1, block):
-                    b1 = min(c1, b0 + block)
-                    yc, tc = y[:, b0:b1], tmp[:, :b1 - b0]
-                    for t, (ai, bi, o) in enumerate(offsets):
-                        src = flat[ai, bi, :, b0:b1, o:o + length]
-                        if t == 0:
-                            np.multiply(src, wt[t, b0:b1], out=yc)
-                        else:
-                            np.multiply(src, wt[t, b0:b1], out=tc)
-                            yc += tc
-
-            parallel(channels, m, 2 * n * m * ktaps * length)
-            return drop_columns(y, out, wq, copy=False)
-
-        return run_taps
-    # gather the taps of a cache-sized block of channels; one batched BLAS call does the sums
+    # gather the taps of a cache-sized block (channels x output rows) into columns; one batched BLAS
+    # call per block does the sums. Large planes are cut into bands of output rows so a block's
+    # columns stay in cache; this replaced a loop of two ufunc passes per tap for planes over 16384
+    # pixels (0.83-1.03x its time on MobileNet/selfie shapes from 7x7 to 256x256, 1-thread CPU time
+    # interleaved under load: within noise or faster, and one code path instead of two)
     isz = np.dtype(dtype).itemsize
-    cb = max(1, min(_COLS_BYTES // (n * ktaps * length * isz), -(-m // current_threads())))
+    per_row = n * ktaps * wq * isz
+    rows = max(1, min(out[0], _COLS_BYTES // per_row))
+    nbands = -(-out[0] // rows)
+    cb = max(1, min(_COLS_BYTES // (per_row * rows), -(-m // current_threads()) if nbands == 1 else m))
+    nblocks = -(-m // cb)
     grids, perm = _tap_grids(offsets, kernel)
     wb = np.ascontiguousarray(wv[:, perm]).reshape(m, 1, ktaps)
     plane, sb = hq * wq, len(phases_w)
@@ -172,21 +151,23 @@ def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, 
         flat = np.ascontiguousarray(planes(x))
         y = empty((n, m, 1, length), dtype)
 
-        def blocks(b0: int, b1: int) -> None:
-            cols = np.empty((n, min(cb, m), ktaps, length), dtype=dtype)
-            for c0 in range(b0 * cb, min(m, b1 * cb), cb):
-                c1 = min(m, c0 + cb)
-                cc = cols[:, :c1 - c0]
+        def blocks(k0: int, k1: int) -> None:
+            cols = np.empty((n, min(cb, m), ktaps, min(rows, out[0]) * wq), dtype=dtype)
+            for k in range(k0, k1):
+                blk, band = divmod(k, nbands)
+                c0, c1 = blk * cb, min(m, blk * cb + cb)
+                l0, l1 = band * rows * wq, min(out[0], band * rows + rows) * wq
+                cc = cols[:, :c1 - c0, :, :l1 - l0]
                 for ai, bi, o, nr, nc, rs, cs, t0 in grids:
                     # the taps of one phase plane are a (rows x cols) grid of offsets: one copy of a
                     # strided window view (over the contiguous ``flat``) gathers them all
-                    view = np.ndarray((n, c1 - c0, nr, nc, length), dtype=dtype, buffer=flat,
-                                      offset=(((ai * sb + bi) * n * m + c0) * plane + o) * isz,
+                    view = np.ndarray((n, c1 - c0, nr, nc, l1 - l0), dtype=dtype, buffer=flat,
+                                      offset=(((ai * sb + bi) * n * m + c0) * plane + o + l0) * isz,
                                       strides=(m * plane * isz, plane * isz, rs * isz, cs * isz, isz))
-                    cc[:, :, t0:t0 + nr * nc].reshape(n, c1 - c0, nr, nc, length)[...] = view
-                np.matmul(wb[c0:c1], cc, out=y[:, c0:c1])
+                    cc[:, :, t0:t0 + nr * nc].reshape(n, c1 - c0, nr, nc, l1 - l0)[...] = view
+                np.matmul(wb[c0:c1], cc, out=y[:, c0:c1, :, l0:l1])
 
-        parallel(blocks, -(-m // cb), 2 * n * m * ktaps * length)
+        parallel(blocks, nblocks * nbands, 2 * n * m * ktaps * length)
         return drop_columns(y.reshape(n, m, length), out, wq, copy=False)
 
     return run_gemm
@@ -241,14 +222,6 @@ def _im2col(xp: np.ndarray, group: int, kernel: list[int], out: list[int], strid
     o = math.prod(out)
     return view.reshape(n, group, (c // group) * k, o)
 
-
-# depthwise planes up to this many (padded-width) output pixels use gather + batched GEMM (as fast or
-# faster at every MobileNet size measured here, 7x7 to 112x112); larger planes, whose per-channel
-# column block no longer fits in cache, use the two-ufunc-passes-per-tap loop
-_DW_GEMM_MAX_PIXELS = 16384
-# the tap loop of larger depthwise planes works on blocks of channels of about this many bytes of
-# output + scratch + input planes (an L2 cache's worth)
-_TAP_BLOCK_BYTES = 256 << 10
 
 # im2col matrices above this size are built and multiplied a band of output rows at a time: the
 # column buffer stays cache- and heap-friendly instead of growing to 9x a large activation.

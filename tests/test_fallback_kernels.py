@@ -122,8 +122,9 @@ def test_conv_auto_pad(auto_pad, kernel, stride, grouping):
     ((1, 3, 224, 224), (3, 3), 2, 1, 1),       # MobileNet stem
     ((1, 32, 28, 28), (3, 3), 1, 1, 32),       # MobileNet depthwise (gather + batched GEMM)
     ((2, 6, 50, 47), (3, 3), 1, 1, 6),         # depthwise, gather + GEMM
-    ((1, 3, 140, 131), (3, 3), 1, 1, 3),       # depthwise on large planes (tap loop)
-    ((1, 2, 300, 131), (5, 5), 2, 2, 2),       # strided depthwise on large planes (tap loop)
+    ((1, 3, 140, 131), (3, 3), 1, 1, 3),       # depthwise on large planes (one band of rows)
+    ((2, 3, 150, 131), (3, 3), 1, 1, 3),       # depthwise, batch 2 in two bands of output rows
+    ((1, 2, 400, 131), (5, 5), 2, 2, 2),       # strided depthwise in two bands of output rows
     ((1, 3, 5, 5), (5, 5), 1, 0, 1),           # kernel == input
 ])
 def test_conv_shapes(shape, kernel, stride, pads, group):
