@@ -421,6 +421,7 @@ def optimize(graph: Graph) -> None:
     fold_constants(graph)
     fold_batchnorm(graph)
     remove_identities(graph)
+    ops.quant.requantize_in_integers(graph)
     fuse_activations(graph)
     remove_dead_nodes(graph)
 

@@ -9,6 +9,9 @@ Two things live here:
   channel (:func:`output_channel_scale`).
 - :class:`QuantRecord`: a QuantizeLinear / DequantizeLinear node's parameters (constant scale and
   zero point, per tensor or per axis, the integer type's range).
+- :func:`requantize_in_integers`: the integer form of ``DequantizeLinear -> Conv ->
+  QuantizeLinear`` that onnxruntime runs (its QDQ fusion makes a QLinearConv), written with
+  standard ops every path already runs, so that every path computes onnxruntime's integers.
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ QUANT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dty
 
 @dataclass(frozen=True)
 class DequantizedWeight:
-    """A constant equal to ``(q - zero_point) * scale`` for integers ``q``: ``scale`` is float32,
-    a scalar (``axis`` None) or one value per index of ``axis`` of the constant."""
+    """A constant equal to ``(q - zero_point) * scale`` for integers ``q`` (8-bit weights, or an
+    int32 bias): ``scale`` is float32, a scalar (``axis`` None) or one value per index of ``axis``
+    of the constant."""
 
     scale: np.ndarray
     axis: int | None
+    # the integers' type and the integers minus their zero point (int64), for the integer form
+    # of the consumer (:func:`requantize_in_integers`)
+    int_type: np.dtype = np.dtype(np.int8)
+    centered: np.ndarray | None = None
 
 
 def note_dequantized(graph: Graph, node: Node, operands: list[np.ndarray | None]) -> None:
@@ -40,18 +48,29 @@ def note_dequantized(graph: Graph, node: Node, operands: list[np.ndarray | None]
     if node.op_type != "DequantizeLinear" or len(operands) < 2 or operands[0] is None or operands[1] is None:
         return
     x, scale = np.asarray(operands[0]), np.asarray(operands[1])
-    if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or scale.dtype != np.float32:
+    if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)) or scale.dtype != np.float32:
         return
     if int(node.attrs.get("block_size", 0) or 0):
         return
+    zp = np.asarray(operands[2]) if len(operands) > 2 and operands[2] is not None else np.zeros((), x.dtype)
     if scale.size == 1:
         axis = None
+        if zp.size != 1:
+            return
+        zp = zp.reshape(())
     else:
         axis = int(node.attrs.get("axis", 1))
         if not -x.ndim <= axis < x.ndim or scale.ndim != 1 or scale.shape[0] != x.shape[axis]:
             return
         axis %= x.ndim
-    graph.dequantized[node.outputs[0]] = DequantizedWeight(scale.reshape(-1).copy(), axis)
+        if zp.size != 1:
+            if zp.shape != scale.shape:
+                return
+            zp = zp.reshape([-1 if a == axis else 1 for a in range(x.ndim)])
+        else:
+            zp = zp.reshape(())
+    centered = x.astype(np.int64) - zp.astype(np.int64)
+    graph.dequantized[node.outputs[0]] = DequantizedWeight(scale.reshape(-1).copy(), axis, x.dtype, centered)
 
 
 def output_channel_scale(node: Node, graph: Graph, out_channels: int, group: int = 1) -> np.ndarray | str:
@@ -62,7 +81,7 @@ def output_channel_scale(node: Node, graph: Graph, out_channels: int, group: int
     Gemm's alpha is folded into the scale."""
     name = node.inputs[1] if len(node.inputs) > 1 else ""
     dq = graph.dequantized.get(name)
-    if dq is None:
+    if dq is None or dq.int_type == np.dtype(np.int32):
         return f"the weight {name!r} is not a dequantized 8-bit integer constant"
     alpha = 1.0
     if dq.axis is None:
@@ -181,5 +200,128 @@ def lower_qdq(node: Node, graph: Graph) -> QuantRecord | str:
                        int(info.min), int(info.max))
 
 
-__all__ = ["QUANT_TYPES", "DequantizedWeight", "QuantRecord", "lower_qdq", "note_dequantized",
-           "output_channel_scale"]
+# A float32 holds every integer up to 2**24 exactly: the integer form's sums stay below it.
+EXACT_FLOAT_INTEGER = 1 << 24
+REQUANTIZE_SUFFIX = "/requantize"
+
+
+def _integer_conv_parts(conv: Node, graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]]
+                        ) -> tuple[Node, QuantRecord, QuantRecord, Node, np.ndarray, np.ndarray, np.ndarray] | str:
+    """The pieces of ``DequantizeLinear(x) -> Conv(DQ(w), DQ(b)) -> QuantizeLinear``, or why the
+    Conv is not one: (input DQ node, its record, the output Q's record, the Q node, centered
+    integer weights, centered integer bias, per-output-channel requantisation multiplier)."""
+    if "_act" in conv.attrs or len(conv.inputs) < 2:
+        return "a fused activation or no weight"
+    users = consumers.get(conv.outputs[0], [])
+    if len(users) != 1 or conv.outputs[0] in graph.outputs or users[0].op_type != "QuantizeLinear":
+        return "the output does not go to exactly one QuantizeLinear"
+    q_node = users[0]
+    dq_node = producers.get(conv.inputs[0])
+    if dq_node is None or dq_node.op_type != "DequantizeLinear" or dq_node.domain not in ("", "ai.onnx"):
+        return "the input is not a DequantizeLinear"
+    if q_node.domain not in ("", "ai.onnx") or q_node.inputs[0] != conv.outputs[0]:
+        return "not a standard QuantizeLinear"
+    x_rec, y_rec = lower_qdq(dq_node, graph), lower_qdq(q_node, graph)
+    if isinstance(x_rec, str) or isinstance(y_rec, str):
+        return x_rec if isinstance(x_rec, str) else str(y_rec)
+    eight_bit = (np.dtype(np.int8), np.dtype(np.uint8))
+    if x_rec.axis is not None or y_rec.axis is not None or x_rec.int_type not in eight_bit \
+            or y_rec.int_type not in eight_bit:
+        return "the activations are not per-tensor 8-bit"
+    w = graph.dequantized.get(conv.inputs[1])
+    if w is None or w.centered is None or w.int_type not in eight_bit or w.axis not in (None, 0):
+        return "the weight is not a per-tensor or per-output-channel DequantizeLinear of 8-bit integers"
+    out_channels = w.centered.shape[0]
+    bias = np.zeros(out_channels, np.int64)
+    if len(conv.inputs) > 2 and conv.inputs[2]:
+        b = graph.dequantized.get(conv.inputs[2])
+        if b is None or b.centered is None or b.int_type != np.dtype(np.int32) or b.centered.shape != (out_channels,):
+            return "the bias is not a DequantizeLinear of int32"
+        bias = b.centered
+    x_scale = np.float32(x_rec.scale[0])
+    w_scale = np.broadcast_to(w.scale.astype(np.float32), (out_channels,))
+    # onnxruntime's QLinearConv: (x_scale * w_scale) / y_scale, each step rounded to float32
+    multiplier = (x_scale * w_scale) / np.float32(y_rec.scale[0])
+    if not np.all(np.isfinite(multiplier)):
+        return "the requantisation multiplier is not finite"
+    x_reach = max(x_rec.hi - x_rec.zero_point[0], x_rec.zero_point[0] - x_rec.lo)
+    reach = x_reach * np.abs(w.centered).reshape(out_channels, -1).sum(axis=1) + np.abs(bias)
+    if int(reach.max()) >= EXACT_FLOAT_INTEGER:
+        return f"its integer sums can reach {int(reach.max())}, past the 2**24 a float32 holds exactly"
+    return dq_node, x_rec, y_rec, q_node, w.centered, bias, multiplier
+
+
+def requantize_in_integers(graph: Graph) -> list[str]:
+    """Rewrite every ``DequantizeLinear(x) -> Conv -> QuantizeLinear`` with constant int8 weights
+    and int32 bias into the integer arithmetic onnxruntime runs for it (QLinearConv: exact int32
+    accumulation of ``(x - x_zero_point) * w``, plus the bias, times the float32 multiplier
+    ``x_scale * w_scale / y_scale``, rounded half to even, plus ``y_zero_point``, saturated):
+
+        DequantizeLinear(x, 1, x_zero_point)       the centered integers, as floats
+        -> Conv(integer weights, integer bias)     integer sums, exact in float32 below 2**24
+        -> Mul(multiplier per output channel)      one float32 rounding, as onnxruntime
+        -> QuantizeLinear(1, y_zero_point)         round half to even, saturate
+
+    Standard ops every path runs; the weights stay ``graph.dequantized`` (scale 1), so the GPU
+    paths keep them as int8. A Conv whose sums could pass 2**24 keeps its float form. Returns the
+    names of the Convs rewritten."""
+    producers, consumers = graph.producers(), graph.consumers()
+    centered_inputs: dict[tuple[str, int], str] = {}
+    done: list[str] = []
+    new_nodes: list[Node] = []
+    for node in graph.nodes:
+        parts = (_integer_conv_parts(node, graph, producers, consumers)
+                 if node.op_type == "Conv" and node.domain in ("", "ai.onnx") else "not a Conv")
+        if isinstance(parts, str):
+            new_nodes.append(node)
+            continue
+        dq_node, x_rec, y_rec, q_node, weights, bias, multiplier = parts
+        key = (dq_node.inputs[0], x_rec.zero_point[0])
+        one = _constant(graph, "gpubackend/one", np.float32(1.0))
+        if key not in centered_inputs:
+            centered = f"{dq_node.outputs[0]}/centered"
+            zp = _constant(graph, f"{centered}/zero_point", np.array(x_rec.zero_point[0], x_rec.int_type))
+            new_nodes.append(Node(f"{dq_node.name}/centered", "DequantizeLinear", [dq_node.inputs[0], one, zp],
+                                  [centered]))
+            _like(graph, centered, dq_node.outputs[0])
+            centered_inputs[key] = centered
+        w_name = _constant(graph, f"{node.name}/integer_weights", weights.astype(np.float32))
+        graph.dequantized[w_name] = DequantizedWeight(np.ones(1, np.float32), None, np.dtype(np.int8),
+                                                      weights)
+        b_name = _constant(graph, f"{node.name}/integer_bias", bias.astype(np.float32))
+        acc, scaled = f"{node.name}/integer_sum", f"{node.name}/requantized"
+        rank = len(graph.shape(node.outputs[0]) or (0, 0, 0, 0))
+        mult = _constant(graph, f"{node.name}/multiplier", multiplier.reshape((-1,) + (1,) * (rank - 2)))
+        for name in (acc, scaled):
+            _like(graph, name, node.outputs[0])
+        node.inputs = [centered_inputs[key], w_name, b_name]
+        node.outputs = [acc]
+        new_nodes.append(node)
+        new_nodes.append(Node(f"{node.name}{REQUANTIZE_SUFFIX}", "Mul", [acc, mult], [scaled]))
+        q_node.inputs = [scaled, one] + q_node.inputs[2:]
+        done.append(node.name)
+    graph.nodes = new_nodes
+    return done
+
+
+def is_requantize(node: Node) -> bool:
+    """Whether ``node`` is the multiplier Mul of an integer-form Conv (which must not be folded
+    into the Conv's weights)."""
+    return node.op_type == "Mul" and node.name.endswith(REQUANTIZE_SUFFIX)
+
+
+def _constant(graph: Graph, name: str, value: np.ndarray) -> str:
+    graph.constants[name] = np.asarray(value)
+    return name
+
+
+def _like(graph: Graph, name: str, like: str) -> None:
+    """``name`` is a float32 tensor of ``like``'s shape."""
+    shape = graph.shape(like)
+    if shape is not None:
+        graph.shapes[name] = shape
+    graph.dtypes[name] = np.dtype(np.float32)
+
+
+__all__ = ["EXACT_FLOAT_INTEGER", "QUANT_TYPES", "DequantizedWeight", "QuantRecord", "lower_qdq",
+           "is_requantize", "note_dequantized", "output_channel_scale", "requantize_in_integers"]

@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 
 from gpubackend import fallback
 
+from .. import ops
 from ..errors import NodeError, OptionError, PathUnavailableError
 from ..graph import Graph, Node
 from .base import Path, RunStats, Segment
@@ -305,7 +306,11 @@ class OnnxruntimeSegment(Segment):
         if profile_prefix:
             opts.enable_profiling = True
             opts.profile_file_prefix = profile_prefix
-        return onnxruntime.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        # onnxruntime would fold the integer form's requantisation Mul into the Conv's weights
+        # (ops.quant.requantize_in_integers), losing the exact integer sums
+        disabled = ["ConvMulFusion"] if any(ops.quant.is_requantize(n) for n in self.nodes) else None
+        return onnxruntime.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=disabled)
 
     def _build(self, feeds: dict[str, np.ndarray]) -> Any:
         try:
