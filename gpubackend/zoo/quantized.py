@@ -2,7 +2,8 @@
 the zoo's models (``<zoo cache>/quantized/``), never committed.
 
 Static quantization in the QDQ format (QuantizeLinear/DequantizeLinear around float ops, as
-onnxruntime writes by default), int8 weights with one scale per output channel, uint8
+onnxruntime writes by default) or the QOperator format (QLinearConv, QLinearMatMul, com.microsoft
+QLinear*), int8 weights with one scale per output channel, uint8
 activations, calibrated (MinMax) on the zoo's own realistic input for the model and flipped and
 brightness-shifted versions of it. ``reduce_range=True`` (7-bit weights): onnxruntime's u8s8
 kernels on x86 without VNNI saturate int16 pair sums otherwise, and its int8 result would then
@@ -35,11 +36,19 @@ def calibration_feeds(name: str, count: int = 6) -> list[dict[str, np.ndarray]]:
     return feeds
 
 
-def quantized_path(name: str) -> Path:
-    """The QDQ int8 model of zoo model ``name``, quantized on first use and then cached."""
+QUANT_FORMATS = ("QDQ", "QOperator")
+
+
+def quantized_path(name: str, quant_format: str = "QDQ") -> Path:
+    """The int8 model of zoo model ``name`` in ``quant_format`` ("QDQ": QuantizeLinear /
+    DequantizeLinear around float ops; "QOperator": QLinearConv, QLinearMatMul and the
+    com.microsoft QLinear* ops), quantized on first use and then cached."""
     from onnxruntime import quantization as ortq
 
-    dest = cache_dir() / "quantized" / f"{name}.qdq_int8.onnx"
+    if quant_format not in QUANT_FORMATS:
+        raise ValueError(f"quant_format must be one of {QUANT_FORMATS}, not {quant_format!r}")
+    suffix = "qdq" if quant_format == "QDQ" else "qop"
+    dest = cache_dir() / "quantized" / f"{name}.{suffix}_int8.onnx"
     if dest.exists():
         return dest
     src = fetch(name)
@@ -65,7 +74,8 @@ def quantized_path(name: str) -> Path:
         # onnxruntime's recommended pre-processing: shape inference and its graph optimisations
         # (BatchNormalization folded into Conv, so it is quantized with it)
         ortq.quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
-        ortq.quantize_static(str(prepared), str(tmp), Reader(), quant_format=ortq.QuantFormat.QDQ, per_channel=True,
+        ortq.quantize_static(str(prepared), str(tmp), Reader(), quant_format=getattr(ortq.QuantFormat, quant_format),
+                             per_channel=True,
                              weight_type=ortq.QuantType.QInt8, activation_type=ortq.QuantType.QUInt8,
                              reduce_range=True)
         os.replace(tmp, dest)
@@ -76,4 +86,4 @@ def quantized_path(name: str) -> Path:
     return dest
 
 
-__all__ = ["calibration_feeds", "quantized_path"]
+__all__ = ["QUANT_FORMATS", "calibration_feeds", "quantized_path"]
