@@ -101,6 +101,60 @@ def test_conv_weights_in_texture_when_blocks_are_too_large():
         path.limits = lim
 
 
+# (N, Cin, H, W, Cout, kernel, stride, pads, output_padding): kernel == stride (selfie, U-Net),
+# overlapping taps, asymmetric kernel and stride, a phase without taps, padded output slots
+CONVTRANSPOSE_TAPS = [(1, 16, 8, 8, 1, (2, 2), (2, 2), 0, (0, 0)), (2, 8, 4, 5, 20, (2, 2), (2, 2), 0, (0, 0)),
+                      (1, 6, 5, 4, 7, (4, 4), (2, 2), 1, (0, 0)), (1, 4, 5, 5, 3, (3, 3), (2, 2), 1, (1, 1)),
+                      (1, 6, 5, 4, 7, (3, 2), (2, 3), 0, (0, 0)), (1, 7, 6, 6, 9, (2, 5), (3, 3), 2, (2, 1))]
+
+
+@pytest.mark.parametrize("case", CONVTRANSPOSE_TAPS, ids=lambda c: "x".join(map(str, c[:5])) + f"_k{c[5]}s{c[6]}")
+def test_convtranspose_by_taps_matches_the_gather_form(case):
+    """The two-pass ConvTranspose (products per tap, then each pixel's own phase) against the
+    reference and the one-pass gather kernel, with NaN and Inf in the input."""
+    from gpubackend.paths import gles3
+
+    n, cin, h, w, cout, k, s, p, opad = case
+    x = rnd(n, cin, h, w)
+    x[0, 1, 2, 3], x[-1, 0, 0, 0] = np.nan, np.inf
+    wt, b = rnd(cin, cout, *k, scale=0.3), rnd(cout)
+    attrs = {"kernel_shape": list(k), "strides": list(s), "pads": [p] * 4, "output_padding": list(opad)}
+    want = np.asarray(fallback.run_node("ConvTranspose", [x, wt, b], attrs, 17)[0])
+    node = Node("ct", "ConvTranspose", ["x", "w", "b"], ["y"], dict(attrs))
+    graph = Graph([node], ["x"], ["y"], {"w": wt, "b": b}, {"x": x.shape, "w": wt.shape, "b": b.shape,
+                                                           "y": want.shape},
+                  {t: np.dtype(np.float32) for t in ("x", "w", "b", "y")}, 17, {"x": x.shape})
+    assert [part.name for part in gpath().kernel(node, graph)] == ["convtranspose_taps", "convtranspose_sum"]
+    gather = gles3.Gles3Path(disabled_kernels=frozenset({"convtranspose_taps"}))
+    assert gather.kernel(node, graph).name == "convtranspose"
+    fin = np.isfinite(want)
+    for path in (gpath(), gather):
+        seg = path.compile([node], graph, ["x"], ["y"])
+        seg.poison = float("nan")
+        try:
+            stats = RunStats(profile=True)
+            got = seg.run({"x": x}, stats)["y"]
+        finally:
+            seg.close()
+        assert list(stats.node_seconds) == ["ct"]  # both passes count as the graph's node
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+        assert rel_err(got[fin], want[fin]) < 1e-5
+
+
+def test_convtranspose_by_taps_declines_what_the_gather_form_takes():
+    from gpubackend.paths.gles3 import kernels
+
+    x, wt = rnd(1, 4, 5, 5), rnd(4, 6, 3, 3)
+    for attrs, why in [({"strides": [1, 1]}, "stride 1"), ({"strides": [2, 2], "dilations": [2, 2]}, "dilated")]:
+        want = np.asarray(fallback.run_node("ConvTranspose", [x, wt], attrs, 17)[0])
+        node = Node("ct", "ConvTranspose", ["x", "w"], ["y"], dict(attrs))
+        graph = Graph([node], ["x"], ["y"], {"w": wt}, {"x": x.shape, "w": wt.shape, "y": want.shape},
+                      {t: np.dtype(np.float32) for t in ("x", "w", "y")}, 17, {"x": x.shape})
+        assert why in kernels.conv_transpose_taps(node, graph, gpath().limits)
+        assert kernels.build(node, graph, gpath().limits).name == "convtranspose"
+
+
 def test_binary_lower_rank_tensor_in_another_view_is_declined():
     path = gpath()
     g = Graph([], ["a", "b"], ["y"], {}, {"a": (1, 6, 5, 4), "b": (6, 1, 1), "y": (1, 6, 5, 4)}, {}, 17)
@@ -194,11 +248,12 @@ def test_every_shader_compiles_as_glsl_es_300():
                                      "p": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)},
                   {"x": (1, 5, 6, 6), "y": (1, 6, 6, 6), "yd": (1, 5, 6, 6), "z": (1, 5, 12, 12),
                    "q": (1, 5, 3, 3), "c": (1, 10, 6, 6), "x2": (1, 5, 6, 6), "yp": (1, 5, 8, 8),
-                   "g": (1, 5, 1, 1), "yt": (1, 6, 8, 8), "yg": (1, 10, 6, 6)}, {}, 17)
+                   "g": (1, 5, 1, 1), "yt": (1, 6, 8, 8), "yt2": (1, 6, 11, 11), "yg": (1, 10, 6, 6)}, {}, 17)
     nodes = [Node("a", "Conv", ["x", "w"], ["y"], {"pads": [1] * 4, "_act": ("HardSwish", {})}),
              Node("b", "Conv", ["x", "wd"], ["yd"], {"pads": [1] * 4, "group": 5}),
              Node("b2", "Conv", ["x", "wg"], ["yg"], {"pads": [1] * 4, "group": 5}),
              Node("t", "ConvTranspose", ["x", "w"], ["yt"], {"strides": [1, 1]}),
+             Node("t2", "ConvTranspose", ["x", "w"], ["yt2"], {"strides": [2, 2], "pads": [1] * 4}),
              Node("r", "Resize", ["x", "", "s"], ["z"], {"mode": "linear"}),
              Node("m", "MaxPool", ["x"], ["q"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
              Node("v", "AveragePool", ["x"], ["q"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
@@ -213,7 +268,8 @@ def test_every_shader_compiles_as_glsl_es_300():
     for node in nodes:
         k = kernels.build(node, graph, path.limits)
         assert not isinstance(k, str), f"{node.op_type}: {k}"
-        sources[f"{node.name}_{node.op_type}.frag"] = k.fragment
+        for part in k if isinstance(k, list) else [k]:
+            sources[f"{node.name}_{part.name}.frag"] = part.fragment
     with tempfile.TemporaryDirectory() as tmp:
         for name, src in sources.items():
             assert src.startswith("#version 300 es\n"), name

@@ -84,18 +84,24 @@ class Gles3Path(Path):
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
         steps = []
+        seg_node_of: dict[str, str] = {}  # step name -> the graph node it belongs to (per-node times)
         for node, k in zip(nodes, self.kernels.payloads(nodes, graph, self.key)):
-            if isinstance(k, list):  # one draw per output, each a step of its own
-                named = [o for o in node.outputs if o]
-                for i, (out, one) in enumerate(zip(named, k)):
-                    part = Node(f"{node.name}:{i}", node.op_type, node.inputs, [out], domain=node.domain)
+            if isinstance(k, list):  # each kernel a step of its own: one per output (Split), or
+                # passes of one node, an earlier one writing a tensor a later one reads (Kernel.writes)
+                named = iter(o for o in node.outputs if o)
+                for i, one in enumerate(k):
+                    reads = [t for _, t in one.inputs if t not in node.inputs]
+                    part = Node(f"{node.name}:{i}", node.op_type, [*node.inputs, *reads],
+                                [one.writes or next(named)], domain=node.domain)
                     kernels[part.name] = one
+                    seg_node_of[part.name] = node.name
                     steps.append(part)
                 continue
             kernels[node.name] = k
             steps.append(node)
         seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs)
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
+        seg.node_of = seg_node_of
         if self.poison:
             seg.poison = float("nan")
         return seg

@@ -64,6 +64,9 @@ class Kernel(KernelRecord):
     alias: str = ""  # output is a view of this input (no draw)
     in_layouts: dict[str, TexLayout] = field(default_factory=dict)  # prefix -> layout of each input
     flops: int = 0
+    # A pass of a several-pass node writes this tensor of its own instead of one of the node's
+    # outputs (a later pass of the same node reads it): ConvTranspose by taps.
+    writes: str = ""
 
     @property
     def kernel_name(self) -> str:
@@ -278,14 +281,15 @@ def _pack_weights(blocks: np.ndarray, bias: np.ndarray, out: TexLayout) -> np.nd
 def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarray, bias: np.ndarray | None,
                  out_shape: tuple[int, ...], strides: list[int], dil: list[int], pads: list[int], group: int,
                  transpose: bool, act: ops.Activation | None, name: str,
-                 qscale: np.ndarray | None = None) -> Kernel | str:
+                 qscale: np.ndarray | None = None, out_layout: TexLayout | None = None) -> Kernel | str:
     """One convolution-family kernel; with ``qscale`` (the weights' dequantisation scale per
-    output channel) the weights are kept as int8, four to a 32-bit word (:mod:`.quant`)."""
+    output channel) the weights are kept as int8, four to a 32-bit word (:mod:`.quant`).
+    ``out_layout`` replaces the output's own layout (a pass writing a tensor of its own)."""
     xs = _shape(graph, x_name)
     x = layout_of(xs, lim)
     if isinstance(x, str):
         return x
-    out = layout_of(out_shape, lim)
+    out = out_layout or layout_of(out_shape, lim)
     if isinstance(out, str):
         return out
     cout, cin = out.c, x.c
@@ -403,6 +407,63 @@ def conv_transpose(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | N
     return _conv_kernel(node, graph, lim, node.inputs[0], w, bias, ys, list(rec.strides), list(rec.dilations),
                         list(rec.pads_begin), rec.group, True, rec.act,
                         "convtranspose" if qscale is None else "convtranspose_q8", qscale)
+
+
+def conv_transpose_taps(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
+    """ConvTranspose in two passes that compute only the taps each output pixel uses (the gather
+    form evaluates all KH x KW taps per pixel and keeps 1 in SH x SW of them):
+
+    1. ``convtranspose_taps``: a 1x1 convolution at the input's resolution writing, for every tap
+       (ky, kx) and output slice s, the product plane Q[tap * O_G * R + s] = W[:, s, ky, kx] . x
+       (its own tensor, planes as the output's, so the output's plane p reads Q's plane p);
+    2. ``convtranspose_sum`` (``shaders/gles3/convtranspose_sum.frag``): each output pixel adds
+       the products of its own stride phase's taps, then the bias and the fused activation."""
+    operands = _conv_operands(node, graph, "ConvTranspose")
+    if isinstance(operands, str):
+        return operands
+    w, bias, ys, rec = operands
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    (sh, sw), (pt, pl) = rec.strides, rec.pads_begin
+    if rec.group != 1:
+        return "grouped ConvTranspose not supported"
+    if tuple(rec.dilations) != (1, 1):
+        return "dilated ConvTranspose (the gather form only)"
+    if sh * sw == 1:
+        return "stride 1: every tap of the gather form is used"
+    if min(pt, pl) < 0:
+        return "negative pads"
+    xs = _shape(graph, node.inputs[0])
+    out = layout_of(ys, lim)
+    if isinstance(out, str) or xs is None or len(xs) != 4:
+        return out if isinstance(out, str) else "input shape not static 4-D"
+    cin, cout = int(w.shape[0]), int(w.shape[1])
+    per_tap = out.slots * out.planes * 4  # Q channels per tap: the output's slices, padded to whole slots
+    q_channels = kh * kw * per_tap
+    q_shape = (xs[0], q_channels, xs[2], xs[3])
+    q_lay = plan_layout(q_shape, out.planes, lim.max_texture_size)
+    if isinstance(q_lay, str):
+        return f"the tap products do not fit: {q_lay}"
+    w1 = np.zeros((kh * kw, per_tap, cin), np.float32)
+    w1[:, :cout, :] = np.asarray(w, np.float32).reshape(cin, cout, kh * kw).transpose(2, 1, 0)
+    q_name = f"{node.outputs[0]}#convtranspose_taps"
+    taps = _conv_kernel(node, graph, lim, node.inputs[0], w1.reshape(q_channels, cin, 1, 1), None, q_shape,
+                        [1, 1], [1, 1], [0, 0, 0, 0], 1, False, None, "convtranspose_taps", out_layout=q_lay)
+    if isinstance(taps, str):
+        return taps
+    taps.writes = q_name
+    b = np.zeros(cout, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    if b.size != cout:
+        return f"bias has {b.size} values for {cout} output channels"
+    weights = _pack_weights(np.zeros((cout, 0), np.float32), b, out)  # (slices, 1, 4): the bias
+    init = " ".join(f"acc[{p}] = W{p}[0];" for p in range(out.planes))
+    decls = _weight_decls("ubo", out.planes, 1) + f"\nvoid ct_bias(out vec4 acc[R_OUT]) {{ {init} }}"
+    consts = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "TH": -(-kh // sh), "TW": -(-kw // sw)}
+    defines = activation_defines(None if rec.act is None else rec.act.spec)
+    src = _source("convtranspose_sum.frag", out, {"X": q_lay}, True, defines, decls, consts, lim.baked)
+    total = Kernel("convtranspose_sum", src, [("X", q_name)], out, True, weights=weights, weight_mode="ubo",
+                   in_layouts={"X": q_lay}, uniforms={} if lim.baked else consts,
+                   flops=out.n * out.h * out.w * cout * consts["TH"] * consts["TW"])
+    return [taps, total]
 
 
 def gemm(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
@@ -780,7 +841,7 @@ def _check_float(graph: Graph, names: list[str]) -> str | None:
 # its kernel conv1x1, depthwise or conv (:func:`kernel_name`).
 REGISTRY = KernelRegistry("gles3", {
     "Conv": [("conv", conv)],
-    "ConvTranspose": [("convtranspose", conv_transpose)],
+    "ConvTranspose": [("convtranspose_taps", conv_transpose_taps), ("convtranspose", conv_transpose)],
     "Gemm": [("gemm", gemm)], "MatMul": [("matmul", gemm)],
     **{op: [("binary", binary)] for op in ew.BINARY_OP_TYPES},
     **{op: [("unary", unary)] for op in ew.UNARY_OP_TYPES},
@@ -815,6 +876,10 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
             return got.payload.name
     if op == "Conv":
         return conv_kind(node, graph)
+    if op == "ConvTranspose":  # by taps where it applies, else the gather form
+        got = generate(REGISTRY, node, graph, Limits())
+        if not isinstance(got, str):
+            return (got.payload[0] if isinstance(got.payload, list) else got.payload).name
     cands = REGISTRY.get(op)
     return cands[0][0] if cands else None
 

@@ -64,6 +64,7 @@ class Gles3Segment(Segment):
         self._closed = False
         self.weight_bytes = 0  # weights, biases and scales on the device (uniform buffers, textures), for explain()
         self.storage: dict[str, Storage] = {}
+        self.node_of: dict[str, str] = {}  # step name -> graph node name where they differ (several-kernel nodes)
         self.layouts: dict[str, TexLayout] = {}  # a shared Storage holds different layouts over time
         vs = vertex_source()
 
@@ -196,7 +197,7 @@ class Gles3Segment(Segment):
 
     def _execute(self, stats: RunStats) -> None:
         run_steps(self._draws, lambda step: self._draw(step, stats), stats,
-                  self.dev.ctx.finish, lambda step: step.node.name)
+                  self.dev.ctx.finish, lambda step: self.node_of.get(step.node.name, step.node.name))
 
     def _read(self, name: str, stats: RunStats) -> np.ndarray:
         st, lay = self.storage[name], self.layouts[name]
