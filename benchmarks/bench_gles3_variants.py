@@ -7,7 +7,10 @@ ratios inside one run mean anything on a loaded machine.
 
 Variants: ``taps`` (the default kernels), ``gather`` (ConvTranspose in the one-pass gather form:
 ``convtranspose_taps`` taken out), ``unroll40`` (conv bodies unrolled only up to 40
-matrix-vector products, the cap before the third session).
+matrix-vector products, the cap before the third session), ``tiled`` (Gemm/MatMul and other
+1-pixel-tile outputs drawn tile by tile, as before the fourth session). Models: selfie,
+unet_like, mobilenet_v2_like, an .onnx file, or one of the roofline kernels
+(matmul512, gemm256, conv3x3, conv1x1).
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "taps": {},
     "gather": {"disabled": {"convtranspose_taps"}},
     "unroll40": {"limits": {"unroll_matvecs": 40}},
+    "tiled": {"limits": {"one_draw_tile_pixels": 0}},
 }
+ROOFLINE = {"matmul512": "matmul 512^3", "gemm256": "gemm 256x1024x1024", "conv3x3": "conv 3x3 64ch 128x128",
+            "conv1x1": "conv 1x1 128ch 64x64"}
 
 
 @contextlib.contextmanager
@@ -67,6 +73,10 @@ def model_bytes(name: str) -> bytes:
         return (ROOT / "gpubackend" / "models" / "selfie_segmentation.onnx").read_bytes()
     if name == "unet_like":
         return models.unet_like(256).SerializeToString()
+    if name in ROOFLINE:  # the large kernels of bench --roofline, one node each
+        from gpubackend.bench import kernels
+
+        return kernels.KERNELS[ROOFLINE[name]]()
     if name == "mobilenet_v2_like":
         return models.mobilenet_v2_like(224).SerializeToString()
     return Path(name).read_bytes()

@@ -101,6 +101,36 @@ def test_conv_weights_in_texture_when_blocks_are_too_large():
         path.limits = lim
 
 
+@pytest.mark.parametrize("op,feeds,consts,attrs", [
+    ("MatMul", {"a": (37, 70)}, {"b": (70, 45)}, {}),
+    ("Gemm", {"a": (5, 130)}, {"b": (130, 70), "c": (70,)}, {"alpha": 0.5}),
+    ("Conv", {"x": (3, 40, 1, 1)}, {"w": (24, 40, 1, 1), "b": (24,)}, {"kernel_shape": [1, 1]}),
+])
+def test_one_pixel_tiles_in_one_draw(op, feeds, consts, attrs):
+    """Outputs of 1-pixel tiles (Gemm/MatMul rows, 1x1 images) in one draw, weights from a
+    texture indexed by each fragment's slot: the same values as one draw per tile."""
+    from gpubackend.paths.gles3 import kernels
+
+    x = {k: rnd(*v) for k, v in feeds.items()}
+    c = {k: rnd(*v, scale=0.3) for k, v in consts.items()}
+    path = gpath()
+    lim = path.limits
+    names = list(x) + list(c)
+    want = np.asarray(fallback.run_node(op, [{**x, **c}[n] for n in names], attrs, 17)[0])
+    node = Node("n", op, names, ["y"], dict(attrs))
+    graph = Graph([node], list(x), ["y"], c, {**{k: a.shape for k, a in {**x, **c}.items()}, "y": want.shape},
+                  {t: np.dtype(np.float32) for t in [*names, "y"]}, 17, {k: a.shape for k, a in x.items()})
+    assert not kernels.build(node, graph, lim).tiled
+    got = run_node(op, x, c, attrs)
+    path.limits = kernels.Limits(**{**lim.__dict__, "one_draw_tile_pixels": 0})
+    try:
+        assert kernels.build(node, graph, path.limits).tiled
+        tiled = run_node(op, x, c, attrs)
+    finally:
+        path.limits = lim
+    np.testing.assert_allclose(got, tiled, rtol=1e-6, atol=1e-6)
+
+
 # (N, Cin, H, W, Cout, kernel, stride, pads, output_padding): kernel == stride (selfie, U-Net),
 # overlapping taps, asymmetric kernel and stride, a phase without taps, padded output slots
 CONVTRANSPOSE_TAPS = [(1, 16, 8, 8, 1, (2, 2), (2, 2), 0, (0, 0)), (2, 8, 4, 5, 20, (2, 2), (2, 2), 0, (0, 0)),

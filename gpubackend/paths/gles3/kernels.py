@@ -44,6 +44,11 @@ class Limits:
     # targets). Unrolled, every weight index is a constant, which llvmpipe loads once per SIMD
     # batch instead of gathering per fragment; past this the JIT time grows fast.
     unroll_matvecs: int = 128
+    # conv family: outputs whose tiles have at most this many pixels (a Gemm/MatMul's [M, N] is
+    # M x slots tiles of 1 pixel) are drawn in one draw over the whole texture, each fragment
+    # finding its own slot and reading its weights from a texture, instead of one draw per tile
+    # (M x slots draws of one pixel each: 16384 for a 512^3 MatMul). 0: always one draw per tile.
+    one_draw_tile_pixels: int = 1
 
     @property
     def planes(self) -> int:
@@ -174,15 +179,15 @@ def _weight_mode(nw: int, lim: Limits) -> str:
 def _wv(mode: str, p: int, idx: str) -> str:
     if mode.endswith("_q8"):  # int8 weights: quant.weight_decls_q8 defines wq<p>()
         return f"wq{p}({idx})"
-    return f"W{p}[{idx}]" if mode == "ubo" else f"wtex({p}, {idx})"
+    return f"W{p}[{idx}]" if mode == "ubo" else f"wtex(g, {p}, {idx})"
 
 
 def _weight_decls(mode: str, r_out: int, nw: int) -> str:
     if mode == "ubo":
         return "\n".join(f"layout(std140) uniform WB{p} {{ vec4 W{p}[{nw}]; }};" for p in range(r_out))
     return f"""uniform sampler2D WT;
-vec4 wtex(int p, int i) {{
-    int j = (u_tile.y * R_OUT + p) * {nw} + i;
+vec4 wtex(int g, int p, int i) {{
+    int j = (g * R_OUT + p) * {nw} + i;
     return texelFetch(WT, ivec2(j & 1023, j >> 10), 0);
 }}"""
 
@@ -327,6 +332,7 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
         cig, cog = cin // group, cout // group
         blocks = wt.reshape(cout, cig, k).transpose(0, 2, 1).reshape(cout, k * cig)
     nw = blocks.shape[1] + 1
+    one_draw = qscale is None and out.tiles > 1 and out.h * out.w <= lim.one_draw_tile_pixels
     if qscale is not None:
         from . import quant
 
@@ -336,7 +342,7 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
         weight_decls = quant.weight_decls_q8(mode, out.planes, weights.shape[1])
     else:
         weights = _pack_weights(blocks, bias, out)
-        mode = access = _weight_mode(nw, lim)
+        mode = access = "texture" if one_draw else _weight_mode(nw, lim)
         weight_decls = _weight_decls(mode, out.planes, nw)
     if kind == "depthwise" and (x.planes != out.planes or x.slots != out.slots):
         return "depthwise input/output layouts differ"
@@ -359,13 +365,13 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
         defines["QW"] = 1
     if unrolled:
         defines["CONV_UNROLLED"] = True
-    src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, True,
+    src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, not one_draw,
                   defines, decls, consts, lim.baked)
     flops = 2 * out.n * out.h * out.w * cout * k * (cin // group if not transpose else cin)
     if transpose:
         flops //= strides[0] * strides[1]
-    return Kernel(name, src, [("X", x_name)], out, True, weights=weights, weight_mode=mode, in_layouts={"X": x},
-                  uniforms={} if lim.baked else consts, flops=flops)
+    return Kernel(name, src, [("X", x_name)], out, not one_draw, weights=weights, weight_mode=mode,
+                  in_layouts={"X": x}, uniforms={} if lim.baked else consts, flops=flops)
 
 
 def _conv_operands(node: Node, graph: Graph, what: str):
