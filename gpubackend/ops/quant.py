@@ -205,21 +205,41 @@ EXACT_FLOAT_INTEGER = 1 << 24
 REQUANTIZE_SUFFIX = "/requantize"
 
 
-def _integer_conv_parts(conv: Node, graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]]
+# ops with an integer form: op -> how to read its weight's output-channel axis
+_INTEGER_FORM_OPS = ("Conv", "MatMul", "Gemm")
+
+
+def _output_channel_axis(node: Node, weights: np.ndarray) -> int | str:
+    """The weight axis of ``node``'s output channels (Conv (co, ci, k...), MatMul (k, n), Gemm
+    (k, n) or with transB (n, k)), or why the node has no integer form."""
+    if node.op_type == "Conv":
+        return 0
+    if weights.ndim != 2:
+        return "the weight is not rank 2"
+    if node.op_type == "MatMul":
+        return 1
+    if int(node.attrs.get("transA", 0)) or float(node.attrs.get("alpha", 1.0)) != 1.0 \
+            or float(node.attrs.get("beta", 1.0)) != 1.0:
+        return "transA, alpha or beta"
+    return 0 if int(node.attrs.get("transB", 0)) else 1
+
+
+def _integer_form_parts(node: Node, graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]]
                         ) -> tuple[Node, QuantRecord, QuantRecord, Node, np.ndarray, np.ndarray, np.ndarray] | str:
-    """The pieces of ``DequantizeLinear(x) -> Conv(DQ(w), DQ(b)) -> QuantizeLinear``, or why the
-    Conv is not one: (input DQ node, its record, the output Q's record, the Q node, centered
-    integer weights, centered integer bias, per-output-channel requantisation multiplier)."""
-    if "_act" in conv.attrs or len(conv.inputs) < 2:
+    """The pieces of ``DequantizeLinear(x) -> Conv / MatMul / Gemm(DQ(w), DQ(b)) ->
+    QuantizeLinear``, or why the node is not one: (input DQ node, its record, the output Q's
+    record, the Q node, centered integer weights, centered integer bias, requantisation multiplier
+    per output channel)."""
+    if "_act" in node.attrs or len(node.inputs) < 2:
         return "a fused activation or no weight"
-    users = consumers.get(conv.outputs[0], [])
-    if len(users) != 1 or conv.outputs[0] in graph.outputs or users[0].op_type != "QuantizeLinear":
+    users = consumers.get(node.outputs[0], [])
+    if len(users) != 1 or node.outputs[0] in graph.outputs or users[0].op_type != "QuantizeLinear":
         return "the output does not go to exactly one QuantizeLinear"
     q_node = users[0]
-    dq_node = producers.get(conv.inputs[0])
+    dq_node = producers.get(node.inputs[0])
     if dq_node is None or dq_node.op_type != "DequantizeLinear" or dq_node.domain not in ("", "ai.onnx"):
         return "the input is not a DequantizeLinear"
-    if q_node.domain not in ("", "ai.onnx") or q_node.inputs[0] != conv.outputs[0]:
+    if q_node.domain not in ("", "ai.onnx") or q_node.inputs[0] != node.outputs[0]:
         return "not a standard QuantizeLinear"
     x_rec, y_rec = lower_qdq(dq_node, graph), lower_qdq(q_node, graph)
     if isinstance(x_rec, str) or isinstance(y_rec, str):
@@ -228,50 +248,59 @@ def _integer_conv_parts(conv: Node, graph: Graph, producers: dict[str, Node], co
     if x_rec.axis is not None or y_rec.axis is not None or x_rec.int_type not in eight_bit \
             or y_rec.int_type not in eight_bit:
         return "the activations are not per-tensor 8-bit"
-    w = graph.dequantized.get(conv.inputs[1])
-    if w is None or w.centered is None or w.int_type not in eight_bit or w.axis not in (None, 0):
-        return "the weight is not a per-tensor or per-output-channel DequantizeLinear of 8-bit integers"
-    out_channels = w.centered.shape[0]
+    w = graph.dequantized.get(node.inputs[1])
+    if w is None or w.centered is None or w.int_type not in eight_bit:
+        return "the weight is not a DequantizeLinear of 8-bit integers"
+    co_axis = _output_channel_axis(node, w.centered)
+    if isinstance(co_axis, str):
+        return co_axis
+    if w.axis not in (None, co_axis):
+        return "the weight's scale varies along another axis than the output channels"
+    out_channels = w.centered.shape[co_axis]
     bias = np.zeros(out_channels, np.int64)
-    if len(conv.inputs) > 2 and conv.inputs[2]:
-        b = graph.dequantized.get(conv.inputs[2])
+    if len(node.inputs) > 2 and node.inputs[2]:
+        b = graph.dequantized.get(node.inputs[2])
         if b is None or b.centered is None or b.int_type != np.dtype(np.int32) or b.centered.shape != (out_channels,):
-            return "the bias is not a DequantizeLinear of int32"
+            return "the bias is not a DequantizeLinear of int32 with one value per output channel"
         bias = b.centered
     x_scale = np.float32(x_rec.scale[0])
     w_scale = np.broadcast_to(w.scale.astype(np.float32), (out_channels,))
-    # onnxruntime's QLinearConv: (x_scale * w_scale) / y_scale, each step rounded to float32
+    # onnxruntime's QLinearConv / QLinearMatMul / QGemm: (x_scale * w_scale) / y_scale, each step
+    # rounded to float32
     multiplier = (x_scale * w_scale) / np.float32(y_rec.scale[0])
     if not np.all(np.isfinite(multiplier)):
         return "the requantisation multiplier is not finite"
     x_reach = max(x_rec.hi - x_rec.zero_point[0], x_rec.zero_point[0] - x_rec.lo)
-    reach = x_reach * np.abs(w.centered).reshape(out_channels, -1).sum(axis=1) + np.abs(bias)
+    per_channel = np.moveaxis(np.abs(w.centered), co_axis, 0).reshape(out_channels, -1).sum(axis=1)
+    reach = x_reach * per_channel + np.abs(bias)
     if int(reach.max()) >= EXACT_FLOAT_INTEGER:
         return f"its integer sums can reach {int(reach.max())}, past the 2**24 a float32 holds exactly"
     return dq_node, x_rec, y_rec, q_node, w.centered, bias, multiplier
 
 
 def requantize_in_integers(graph: Graph) -> list[str]:
-    """Rewrite every ``DequantizeLinear(x) -> Conv -> QuantizeLinear`` with constant int8 weights
-    and int32 bias into the integer arithmetic onnxruntime runs for it (QLinearConv: exact int32
+    """Rewrite every ``DequantizeLinear(x) -> Conv / MatMul / Gemm -> QuantizeLinear`` with
+    constant int8 weights and int32 bias into the integer arithmetic onnxruntime runs for it
+    (its QDQ fusion makes QLinearConv, QLinearMatMul or QGemm of them: exact int32
     accumulation of ``(x - x_zero_point) * w``, plus the bias, times the float32 multiplier
     ``x_scale * w_scale / y_scale``, rounded half to even, plus ``y_zero_point``, saturated):
 
         DequantizeLinear(x, 1, x_zero_point)       the centered integers, as floats
         -> Conv(integer weights, integer bias)     integer sums, exact in float32 below 2**24
+                                                   (MatMul: no bias; Gemm: bias as C)
         -> Mul(multiplier per output channel)      one float32 rounding, as onnxruntime
         -> QuantizeLinear(1, y_zero_point)         round half to even, saturate
 
     Standard ops every path runs; the weights stay ``graph.dequantized`` (scale 1), so the GPU
-    paths keep them as int8. A Conv whose sums could pass 2**24 keeps its float form. Returns the
-    names of the Convs rewritten."""
+    paths keep them as int8. A node whose sums could pass 2**24 keeps its float form. Returns the
+    names of the nodes rewritten."""
     producers, consumers = graph.producers(), graph.consumers()
     centered_inputs: dict[tuple[str, int], str] = {}
     done: list[str] = []
     new_nodes: list[Node] = []
     for node in graph.nodes:
-        parts = (_integer_conv_parts(node, graph, producers, consumers)
-                 if node.op_type == "Conv" and node.domain in ("", "ai.onnx") else "not a Conv")
+        parts = (_integer_form_parts(node, graph, producers, consumers)
+                 if node.op_type in _INTEGER_FORM_OPS and node.domain in ("", "ai.onnx") else "no integer form")
         if isinstance(parts, str):
             new_nodes.append(node)
             continue
@@ -291,10 +320,11 @@ def requantize_in_integers(graph: Graph) -> list[str]:
         b_name = _constant(graph, f"{node.name}/integer_bias", bias.astype(np.float32))
         acc, scaled = f"{node.name}/integer_sum", f"{node.name}/requantized"
         rank = len(graph.shape(node.outputs[0]) or (0, 0, 0, 0))
-        mult = _constant(graph, f"{node.name}/multiplier", multiplier.reshape((-1,) + (1,) * (rank - 2)))
+        per_channel_shape = (-1,) + (1,) * (rank - 2) if node.op_type == "Conv" else (-1,)
+        mult = _constant(graph, f"{node.name}/multiplier", multiplier.reshape(per_channel_shape))
         for name in (acc, scaled):
             _like(graph, name, node.outputs[0])
-        node.inputs = [centered_inputs[key], w_name, b_name]
+        node.inputs = [centered_inputs[key], w_name] + ([b_name] if node.op_type != "MatMul" else [])
         node.outputs = [acc]
         new_nodes.append(node)
         new_nodes.append(Node(f"{node.name}{REQUANTIZE_SUFFIX}", "Mul", [acc, mult], [scaled]))
@@ -302,6 +332,169 @@ def requantize_in_integers(graph: Graph) -> list[str]:
         done.append(node.name)
     graph.nodes = new_nodes
     return done
+
+
+MS_DOMAIN = "com.microsoft"
+# QOperator op -> (its float op, how many (x, scale, zero point) input triples come before the
+# output's scale and zero point), for the ops whose QDQ form is DQ of each input -> op -> Q
+_QLINEAR_FLOAT_FORM = {
+    ("", "QLinearMatMul"): ("MatMul", 2),
+    (MS_DOMAIN, "QLinearAdd"): ("Add", 2),
+    (MS_DOMAIN, "QLinearMul"): ("Mul", 2),
+    (MS_DOMAIN, "QLinearSigmoid"): ("Sigmoid", 1),
+    (MS_DOMAIN, "QLinearLeakyRelu"): ("LeakyRelu", 1),
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): ("GlobalAveragePool", 1),
+    (MS_DOMAIN, "QLinearSoftmax"): ("Softmax", 1),
+}
+
+
+def qoperators_as_qdq(graph: Graph) -> list[Node]:
+    """Rewrite the QOperator ops onnxruntime's quantizer writes (QLinearConv, QLinearMatMul, and
+    the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
+    QLinearGlobalAveragePool, QLinearSoftmax, QLinearConcat) into the QDQ form of the same
+    layer: DequantizeLinear of each input, the float op, QuantizeLinear of the output. The QDQ
+    form is what every path runs, and :func:`requantize_in_integers` then turns its Conv / MatMul
+    / Gemm into onnxruntime's integer arithmetic. Nodes whose scales or zero points are not
+    constants stay as they are (the CPU path runs them). Returns the nodes it made."""
+    made: list[Node] = []
+    out: list[Node] = []
+    producers: dict[str, Node] = {}
+    for node in graph.nodes:
+        parts = _qdq_form(node, graph)
+        if parts is None:
+            parts = _movement_qdq_form(node, graph, producers)
+        if parts is None:
+            parts = [node]
+        else:
+            made.extend(parts)
+        out.extend(parts)
+        producers.update({o: n for n in parts for o in n.outputs if o})
+    graph.nodes = out
+    return made
+
+
+# Ops the QOperator format applies to 8-bit tensors directly (onnxruntime runs them on the
+# integers): exact on dequantized values quantized back with the same scale and zero point, except
+# Resize, whose interpolated values onnxruntime rounds its own way (one step apart on ties).
+_INTEGER_MOVEMENT_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "Slice",
+                                   "Gather", "Identity", "Resize"})
+
+
+def _movement_qdq_form(node: Node, graph: Graph, producers: dict[str, Node]) -> list[Node] | None:
+    """``node`` (a movement op on a QuantizeLinear's 8-bit output) as DQ -> node -> Q with that
+    QuantizeLinear's constant scale and zero point, or None."""
+    if node.op_type not in _INTEGER_MOVEMENT_OPS or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 \
+            or not node.inputs:
+        return None
+    src = producers.get(node.inputs[0])
+    if src is None or src.op_type != "QuantizeLinear" or len(src.inputs) < 3 or not src.inputs[2] \
+            or not _const_operands(graph, src.inputs[1:3]) or np.size(graph.constants[src.inputs[1]]) != 1 \
+            or np.size(graph.constants[src.inputs[2]]) != 1:
+        return None
+    scale, zp = src.inputs[1], src.inputs[2]
+    x, y = f"{node.name}/x", f"{node.name}/y"
+    return [Node(f"{node.name}/dequantize_x", "DequantizeLinear", [node.inputs[0], scale, zp], [x]),
+            Node(node.name, node.op_type, [x] + node.inputs[1:], [y], dict(node.attrs), node.domain),
+            Node(f"{node.name}/quantize", "QuantizeLinear", [y, scale, zp], [node.outputs[0]])]
+
+
+def _const_operands(graph: Graph, names: list[str]) -> bool:
+    return all(not n or n in graph.constants for n in names)
+
+
+def _qdq_form(node: Node, graph: Graph) -> list[Node] | None:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    key = (domain, node.op_type)
+    name, ins = node.name, list(node.inputs)
+    nodes: list[Node] = []
+
+    def dq(x: str, scale: str, zp: str, tag: str, axis: int | None = None) -> str:
+        out = f"{name}/{tag}"
+        inputs = [x, scale] + ([zp] if zp else [])
+        nodes.append(Node(f"{name}/dequantize_{tag}", "DequantizeLinear", inputs, [out],
+                          {} if axis is None else {"axis": axis}))
+        return out
+
+    def q(x: str, scale: str, zp: str, like: str) -> None:
+        if not zp:  # the output has the input's integer type
+            dtype = graph.constants[like].dtype if like in graph.constants else graph.dtypes.get(like)
+            if dtype is None:
+                raise _NoForm
+            zp = _constant(graph, f"{name}/y_zero_point", np.zeros((), dtype))
+        nodes.append(Node(f"{name}/quantize", "QuantizeLinear", [x, scale, zp], [node.outputs[0]]))
+
+    try:
+        if key == ("", "QLinearConv"):
+            ins += [""] * (9 - len(ins))
+            if not _const_operands(graph, [ins[1], ins[2], ins[4], ins[5], ins[6], ins[7], ins[8]]):
+                return None
+            x = dq(ins[0], ins[1], ins[2], "x")
+            w = dq(ins[3], ins[4], ins[5], "w", axis=0)
+            conv_in = [x, w]
+            if ins[8]:
+                conv_in.append(dq(ins[8], _bias_scale(graph, name, ins[1], ins[4]), "", "b", axis=0))
+            nodes.append(Node(f"{name}/conv", "Conv", conv_in, [f"{name}/y"], dict(node.attrs)))
+            q(f"{name}/y", ins[6], ins[7], ins[0])
+        elif key == (MS_DOMAIN, "QGemm"):
+            ins += [""] * (9 - len(ins))
+            if not _const_operands(graph, [ins[1], ins[2], ins[4], ins[5], ins[6], ins[7], ins[8]]):
+                return None
+            trans_b = int(node.attrs.get("transB", 0))
+            a = dq(ins[0], ins[1], ins[2], "a")
+            b = dq(ins[3], ins[4], ins[5], "b", axis=0 if trans_b else 1)
+            gemm_in = [a, b]
+            if ins[6]:
+                gemm_in.append(dq(ins[6], _bias_scale(graph, name, ins[1], ins[4]), "", "c", axis=0))
+            attrs = {k: node.attrs[k] for k in ("alpha", "transA", "transB") if k in node.attrs}
+            if ins[7]:
+                nodes.append(Node(f"{name}/gemm", "Gemm", gemm_in, [f"{name}/y"], attrs))
+                q(f"{name}/y", ins[7], ins[8], ins[0])
+            else:  # a float output
+                nodes.append(Node(f"{name}/gemm", "Gemm", gemm_in, [node.outputs[0]], attrs))
+        elif key == (MS_DOMAIN, "QLinearConcat"):
+            triples = ins[2:]
+            if len(triples) % 3 or not triples or not _const_operands(graph, [ins[0], ins[1]] + [
+                    t for i, t in enumerate(triples) if i % 3]):
+                return None
+            parts = [dq(triples[i], triples[i + 1], triples[i + 2], f"x{i // 3}") for i in range(0, len(triples), 3)]
+            nodes.append(Node(f"{name}/concat", "Concat", parts, [f"{name}/y"],
+                              {"axis": int(node.attrs.get("axis", 0))}))
+            q(f"{name}/y", ins[0], ins[1], triples[0])
+        elif key in _QLINEAR_FLOAT_FORM:
+            op, count = _QLINEAR_FLOAT_FORM[key]
+            ins += [""] * (3 * count + 2 - len(ins))
+            if not _const_operands(graph, [t for i, t in enumerate(ins) if i % 3 or i >= 3 * count]):
+                return None
+            attrs: dict = {}
+            if op == "LeakyRelu":
+                attrs = {"alpha": float(node.attrs.get("alpha", 0.01))}
+            elif op == "GlobalAveragePool" and int(node.attrs.get("channels_last", 0)):
+                return None
+            elif op == "Softmax":
+                if int(node.attrs.get("opset", 13)) < 13 and int(node.attrs.get("axis", -1)) != -1:
+                    return None  # the opset-1 coercion to 2-D over the trailing axes
+                attrs = {"axis": int(node.attrs.get("axis", -1))}
+            xs = [dq(ins[3 * i], ins[3 * i + 1], ins[3 * i + 2], f"x{i}",
+                     axis=(1 if op == "MatMul" and i == 1 and np.size(graph.constants[ins[4]]) > 1 else None))
+                  for i in range(count)]
+            nodes.append(Node(f"{name}/{op.lower()}", op, xs, [f"{name}/y"], attrs))
+            q(f"{name}/y", ins[3 * count], ins[3 * count + 1], ins[0])
+        else:
+            return None
+    except _NoForm:
+        return None
+    return nodes
+
+
+class _NoForm(Exception):
+    """A QOperator node without a QDQ form (its output type is not known)."""
+
+
+def _bias_scale(graph: Graph, name: str, x_scale: str, w_scale: str) -> str:
+    """The int32 bias's scale, ``x_scale * w_scale`` in float32 (per output channel or scalar)."""
+    scale = np.float32(np.asarray(graph.constants[x_scale]).reshape(-1)[0]) * np.asarray(
+        graph.constants[w_scale], np.float32).reshape(-1)
+    return _constant(graph, f"{name}/bias_scale", scale if scale.size > 1 else scale.reshape(()))
 
 
 def is_requantize(node: Node) -> bool:
@@ -324,4 +517,5 @@ def _like(graph: Graph, name: str, like: str) -> None:
 
 
 __all__ = ["EXACT_FLOAT_INTEGER", "QUANT_TYPES", "DequantizedWeight", "QuantRecord", "lower_qdq",
-           "is_requantize", "note_dequantized", "output_channel_scale", "requantize_in_integers"]
+           "is_requantize", "note_dequantized", "output_channel_scale", "qoperators_as_qdq",
+           "requantize_in_integers"]
