@@ -1,7 +1,6 @@
 """Real models quantized with onnxruntime's tool (static, QDQ and QOperator, per-channel int8
 weights, calibrated on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the gles3 and
-compute paths with
-``fallback=False``, against onnxruntime's own int8 result and the float model.
+compute paths with ``fallback=False``, against onnxruntime's own int8 result and the float model.
 
 Quantized networks amplify float rounding: a conv sum that lands within float rounding of a
 rounding tie quantizes one step differently on two correct implementations, and deep nets grow
@@ -67,7 +66,8 @@ def test_quantized_model_on_gpu_path(name: str, path: str, fmt: str) -> None:
         diff = np.abs(g - w)
         beyond = float(np.mean(diff > step * 1.01))
         noise = float(np.mean(np.abs(w - f)))
-        print(f"{name} ({fmt}) on {path}: max |diff| {diff.max() / step:.1f} steps ({diff.max() / max(rng, 1e-30):.3g} of "
+        print(f"{name} ({fmt}) on {path}: max |diff| {diff.max() / step:.1f} steps "
+              f"({diff.max() / max(rng, 1e-30):.3g} of "
               f"range), {beyond:.2%} beyond one step, mean |diff| {diff.mean():.3g}; int8 vs float: max "
               f"{np.abs(w - f).max():.3g}, mean {noise:.3g}")
         assert beyond <= MODELS[name]
