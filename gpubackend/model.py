@@ -335,18 +335,12 @@ def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_val
         constants[name] = value
     graph = Graph(nodes, [n for n in inputs if n not in input_values], [o.name for o in g.output], constants,
                   dtypes=dtypes, opset=opset, input_shapes=pinned)
-    for node in ops.quant.qoperators_as_qdq(graph):
-        protos[id(node)] = _node_proto(node)
+    for node, node_proto in ops.quant.qoperators_as_qdq(graph):
+        protos[id(node)] = node_proto
     specialise(proto, graph, protos)
     optimize(graph)
     return graph
 
-
-def _node_proto(node: Node) -> onnx.NodeProto:
-    """The NodeProto of a node a rewrite made (shape inference reads the graph's nodes as protos)."""
-    attrs = {k: v for k, v in node.attrs.items() if not k.startswith("_")}
-    return onnx.helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain or None,
-                                 **attrs)
 
 
 # Shape inference and constant folding take turns until nothing more folds: folding a Shape node

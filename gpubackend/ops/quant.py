@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from ..errors import ModelError
 from ..graph import Graph, Node
@@ -348,14 +349,15 @@ _QLINEAR_FLOAT_FORM = {
 }
 
 
-def qoperators_as_qdq(graph: Graph) -> list[Node]:
+def qoperators_as_qdq(graph: Graph) -> list[tuple[Node, onnx.NodeProto]]:
     """Rewrite the QOperator ops onnxruntime's quantizer writes (QLinearConv, QLinearMatMul, and
     the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
     QLinearGlobalAveragePool, QLinearSoftmax, QLinearConcat) into the QDQ form of the same
     layer: DequantizeLinear of each input, the float op, QuantizeLinear of the output. The QDQ
     form is what every path runs, and :func:`requantize_in_integers` then turns its Conv / MatMul
     / Gemm into onnxruntime's integer arithmetic. Nodes whose scales or zero points are not
-    constants stay as they are (the CPU path runs them). Returns the nodes it made."""
+    constants stay as they are (the CPU path runs them). Returns the nodes it made, each with its
+    NodeProto (shape inference reads the graph's nodes as protos)."""
     made: list[Node] = []
     out: list[Node] = []
     producers: dict[str, Node] = {}
@@ -370,7 +372,9 @@ def qoperators_as_qdq(graph: Graph) -> list[Node]:
         out.extend(parts)
         producers.update({o: n for n in parts for o in n.outputs if o})
     graph.nodes = out
-    return made
+    return [(n, onnx.helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain or None,
+                                      **{k: v for k, v in n.attrs.items() if not k.startswith("_")}))
+            for n in made]
 
 
 # Ops the QOperator format applies to 8-bit tensors directly (onnxruntime runs them on the
