@@ -41,7 +41,7 @@ log = logging.getLogger("gpubackend")
 
 # max|got - ref| / max(1, max|ref|) allowed per GPU storage precision (the project's measure; the
 # bounds are loose against real rounding so that only a kernel computing something else fails)
-TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2}
+TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2, "fp16-compute": 5e-2}
 FILE_PREFIX = "kernel-checks-"
 # The check shrinks every axis after the first two (batch, channels) of the node's inputs to at
 # most this, when the node stays valid and keeps its kernel at that size (else: its real shapes).
@@ -144,7 +144,7 @@ def _random_feed(name: str, graph: Graph, precision: str, rng: np.random.Generat
     if dtype.kind == "f":
         value = rng.uniform(-2.0, 2.0, size=tuple(shape)).astype(dtype)
         # both sides see the values the GPU stores
-        return value.astype(np.float16).astype(dtype) if precision == "fp16" else value
+        return value.astype(np.float16).astype(dtype) if precision.startswith("fp16") else value
     if dtype.kind == "b":
         return rng.integers(0, 2, size=tuple(shape)).astype(bool)
     return np.zeros(tuple(shape), dtype)  # valid as an index, an axis, a count
@@ -312,7 +312,8 @@ class CheckedPath(Path):
 
     def __init__(self, inner: Path, kernel_name: Callable[[Node, Graph], str | None],
                  reference: Callable[[], Path], store: VerdictStore):
-        super().__init__(inner.precision, inner.disabled_kernels)
+        # fp16-compute kernels get verdicts of their own (an isolated inner path carries the name)
+        super().__init__("fp16-compute" if inner.arithmetic == "fp16" else inner.precision, inner.disabled_kernels)
         self.key = inner.key  # type: ignore[misc]
         self.inner = inner
         self._kernel_name = kernel_name

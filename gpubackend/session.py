@@ -336,11 +336,10 @@ class Session:
                 if self._report.paths[key].ieee_lost:
                     self._notes.append(f"{key}: {self._report.paths[key].ieee_lost} on this driver (the probe's "
                                        "NaN/Inf check): NaN or Inf inputs may come back finite")
-            precision = self.precision
+            precision = self.precision  # create_path turns "fp16-compute" into fp16 storage + arithmetic
             if precision == "fp16-compute":
                 from .paths import fp16_compute
 
-                precision = fp16_compute.STORAGE
                 verdict = ((self._report.features.get("paths") or {}).get(key) or {}).get("fp16_compute") \
                     if self._report is not None else None
                 self._notes.append(fp16_compute.session_note(key, verdict))

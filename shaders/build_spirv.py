@@ -28,7 +28,8 @@ MANIFEST = SPIRV_DIR / "manifest.json"  # spv name -> sha256 of the exact GLSL t
 COMPUTE_DIR = ROOT / "compute"
 VERSION = "450"
 TARGET_ENV = "vulkan1.0"
-SELFTEST_VARIANTS: tuple[dict[str, object], ...] = ({}, {"FP16": 1}, {"ACT": 5})
+# {"FP16_COMPUTE": 1}: mediump arithmetic (RelaxedPrecision), the vulkan check of gpubackend/paths/fp16_compute.py
+SELFTEST_VARIANTS: tuple[dict[str, object], ...] = ({}, {"FP16": 1}, {"ACT": 5}, {"FP16_COMPUTE": 1})
 # SPIR-V header word 2 is the generator's id and version: it differs between glslang builds
 # while the module is the same, so the sync check ignores it.
 _GENERATOR_WORD = slice(8, 12)

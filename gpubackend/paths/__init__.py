@@ -30,8 +30,14 @@ def path_module(key: str):
 
 def create_path(key: str, precision: str = "fp32", disabled_kernels: frozenset[str] = frozenset(),
                 options: SessionOptions | None = None) -> Path:
-    """A path object; ``options`` (resolved) carries the path-specific knobs."""
+    """A path object; ``options`` (resolved) carries the path-specific knobs. ``precision``
+    "fp16-compute" is fp16 storage with ``path.arithmetic = "fp16"``."""
     module = path_module(key)
+    arithmetic = "fp32"
+    if precision == "fp16-compute":
+        from .fp16_compute import STORAGE
+
+        precision, arithmetic = STORAGE, "fp16"
     if key == "cpu" and options is not None:
         path = module.create(precision=precision, disabled_kernels=disabled_kernels, engine=options.cpu_engine,
                              blas_threads=options.blas_threads, ort_threads=options.intra_op_num_threads,
@@ -41,6 +47,7 @@ def create_path(key: str, precision: str = "fp32", disabled_kernels: frozenset[s
                              targets=options.gles3_render_targets)
     else:
         path = module.create(precision=precision, disabled_kernels=disabled_kernels)
+    path.arithmetic = arithmetic
     if key == "vulkan" and options is not None:
         path.record_once = options.vulkan_record_once
     if key != "cpu" and os.environ.get("GPUBACKEND_FAULT"):  # test-only: kernel-filtered faults

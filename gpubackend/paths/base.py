@@ -84,6 +84,9 @@ class Path(ABC):
         from .segment_services import poison_requested
 
         self.precision = precision
+        # "fp16": precision="fp16-compute" (create_path sets it; paths/fp16_compute.py says which
+        # kernels then compute in mediump); "fp32" otherwise
+        self.arithmetic = "fp32"
         self.disabled_kernels = disabled_kernels
         # Tests: segments compiled from now on fill every tensor they produce with NaN before it
         # is written, so an element a kernel forgets stays NaN (GPUBACKEND_POISON=1 sets it).

@@ -9,7 +9,14 @@
 //
 // Storage precision: FP16 stores every vec4 as two packHalf2x16 words (uvec2); arithmetic is fp32.
 // Use SVEC4 for the element type of a buffer and LD / ST to read and write one vec4.
+// FP16_COMPUTE (precision="fp16-compute", set per kernel by gpubackend/paths/fp16_compute.py):
+// float arithmetic is mediump, which a driver may run as fp16 (llvmpipe does on ES); index
+// math stays highp int.
+#ifdef FP16_COMPUTE
+precision mediump float;
+#else
 precision highp float;
+#endif
 precision highp int;
 
 #ifdef VULKAN

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...graph import Graph, Node
+from .. import fp16_compute
 from ..base import Path, Segment
 from ..kernel_contract import KernelCache
 from .kernels import REGISTRY, Kernel, Limits, single_output
@@ -99,6 +100,8 @@ class Gles3Path(Path):
                 continue
             kernels[node.name] = k
             steps.append(node)
+        if self.arithmetic == "fp16":
+            kernels = {name: fp16_compute.mediump_fragment(k) for name, k in kernels.items()}
         seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs)
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
         seg.node_of = seg_node_of

@@ -29,6 +29,7 @@ from capability_probe import cache, faults
 
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
+from .. import fp16_compute
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, poison_words, run_steps, time_steps
@@ -332,6 +333,8 @@ class Gles31Path(Path):
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         records: list[ck.Record] = [r for recs in self.kernels.payloads(nodes, graph, KEY) for r in recs]
+        if self.arithmetic == "fp16":
+            records = [fp16_compute.mediump_record(r) for r in records]
         device, programs = device_and_programs()
         seg = Gles31Segment(nodes, graph, inputs, outputs, records, self.precision, device, programs, self.poison)
         self.kernels.forget(nodes)  # packed weights now live on the GPU
