@@ -31,7 +31,8 @@ DEFINE = "FP16_COMPUTE"  # selects mediump float arithmetic in the shared shader
 # math (Resize), the int8 kernels' (de)quantisation (their rounding must match onnxruntime) and
 # data movement (Concat, Pad, Gather, layout).
 MEDIUMP_KERNELS = frozenset({
-    "conv", "conv1x1", "depthwise", "convtranspose", "convtranspose_tap", "gemm", "matmul", "matmul4",
+    "conv", "conv1x1", "depthwise", "convtranspose", "convtranspose_tap", "convtranspose_taps", "convtranspose_sum",
+    "gemm", "matmul", "matmul4",
     "binary", "unary", "affine", "pool",
 })
 
