@@ -105,6 +105,8 @@ def test_conv_weights_in_texture_when_blocks_are_too_large():
     ("MatMul", {"a": (37, 70)}, {"b": (70, 45)}, {}),
     ("Gemm", {"a": (5, 130)}, {"b": (130, 70), "c": (70,)}, {"alpha": 0.5}),
     ("Conv", {"x": (3, 40, 1, 1)}, {"w": (24, 40, 1, 1), "b": (24,)}, {"kernel_shape": [1, 1]}),
+    ("Conv", {"x": (3, 20, 1, 1)}, {"w": (20, 1, 1, 1)}, {"kernel_shape": [1, 1], "group": 20}),  # depthwise
+    ("Conv", {"x": (2, 8, 1, 1)}, {"w": (12, 4, 1, 1)}, {"kernel_shape": [1, 1], "group": 2}),  # grouped
 ])
 def test_one_pixel_tiles_in_one_draw(op, feeds, consts, attrs):
     """Outputs of 1-pixel tiles (Gemm/MatMul rows, 1x1 images) in one draw, weights from a
