@@ -161,3 +161,36 @@ def test_qoperator_ops_run_on_every_path(path: str, engine: str | None) -> None:
         sess.close()
     steps = float(np.max(np.abs(got - want))) / 0.02
     assert steps <= 1.001, f"{steps:.2f} output steps from onnxruntime"
+
+
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("gles31", None)])
+def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str | None) -> None:
+    """QLinearMatMul (uint8 x int8, one scale per column) -> DQ/MatMul/Q -> the integer form;
+    the scales put every other column's multiplier at exactly 0.5 (rounding ties)."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(13)
+    k, n = 40, 16
+    a_scale, b_base = np.float32(0.0213), np.float32(3.1e-3)
+    b_scale = np.where(np.arange(n) % 2 == 0, b_base, (rng.random(n) + 0.5) * 3.1e-3).astype(np.float32)
+    inits = {"as": a_scale, "az": np.uint8(117), "bq": rng.integers(-64, 64, (k, n)).astype(np.int8),
+             "bs": b_scale, "bz": np.zeros(n, np.int8), "ys": np.float32(a_scale * b_base) * np.float32(2),
+             "yz": np.uint8(131)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "as", "az"], ["xq"]),
+             helper.make_node("QLinearMatMul", ["xq", "as", "az", "bq", "bs", "bz", "ys", "yz"], ["yq"])]
+    g = helper.make_graph(nodes, "qmm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24, k])],
+                          [helper.make_tensor_value_info("yq", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(np.asarray(v), name) for name, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    x = (rng.standard_normal((24, k)) * 1.5).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    graph = gmodel.to_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["QuantizeLinear", "DequantizeLinear", "MatMul", "Mul",
+                                                "QuantizeLinear"]
+    sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
+    try:
+        got = sess.run({"x": x})[0]
+    finally:
+        sess.close()
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
