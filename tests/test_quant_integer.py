@@ -194,3 +194,32 @@ def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str 
         sess.close()
     diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
     assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str) -> None:
+    """DequantizeLinear -> Resize (linear, half_pixel, 2x) -> QuantizeLinear: the compute paths sum
+    the four products in onnxruntime's order with its border weights (ops ResizeRecord.taps), so
+    the exact .5 ties of a 2x upsample round as onnxruntime rounds them (selfie's decoder)."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(17)
+    inits = {"s": np.float32(0.01633942), "z": np.uint8(0), "sizes": np.array([1, 16, 24, 24], np.int64)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Resize", ["xd", "", "", "sizes"], ["r"], mode="linear",
+                              coordinate_transformation_mode="half_pixel"),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["yq"])]
+    g = helper.make_graph(nodes, "qresize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                          [helper.make_tensor_value_info("yq", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    x = (rng.random((1, 16, 12, 12)) * 4).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sess = gpubackend.Session(model, path=path, fallback=False)
+    try:
+        got = sess.run({"x": x})[0]
+    finally:
+        sess.close()
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"

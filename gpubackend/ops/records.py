@@ -331,9 +331,28 @@ class ResizeRecord:
 
     def taps(self, axis: int, in_len: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Source indices (clamped) and weights (None for nearest) per output index of ``axis``,
-        from the reference's own coordinate arithmetic (kernels read them as tables)."""
-        return axis_taps(self.mode, self.nearest_mode, self.coordinate_mode, in_len, self.out_shape[axis],
-                         self.scales[axis], None, self.cubic_coeff_a, self.exclude_outside, self.antialias)
+        from the reference's own coordinate arithmetic (kernels read them as tables). Linear
+        taps take onnxruntime's form at the borders (the coordinate clamped first: weights 1 and 0
+        at the start, 0.5 and 0.5 on one repeated pixel at the end): the same value, but the
+        bilinear sum of a quantized model then rounds its ties as onnxruntime does."""
+        idx, w = axis_taps(self.mode, self.nearest_mode, self.coordinate_mode, in_len, self.out_shape[axis],
+                           self.scales[axis], None, self.cubic_coeff_a, self.exclude_outside, self.antialias)
+        if self.mode == "linear" and not self.antialias and w is not None and w.shape[1] == 2 \
+                and self.coordinate_mode != "tf_crop_and_resize":
+            # the coordinate, clamped to the axis (axis_taps clamps the indices, not the coordinate)
+            pair = idx[:, 0] == idx[:, 1]
+            coord = idx[:, 0] + w[:, 1].astype(np.float64)
+            coord[pair] = idx[pair, 0]
+            coord = np.clip(coord, 0, in_len - 1)
+            first = np.minimum(np.floor(coord).astype(idx.dtype), in_len - 1)
+            second = np.minimum(first + 1, in_len - 1)
+            near = (coord - first).astype(np.float32)
+            far = np.abs(coord - second).astype(np.float32)
+            same = first == second
+            near[same], far[same] = 0.5, 0.5
+            idx = np.stack([first, second], axis=1)
+            w = np.stack([far, near], axis=1).astype(w.dtype)
+        return idx, w
 
 
 @dataclass(frozen=True)

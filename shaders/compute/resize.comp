@@ -2,7 +2,16 @@
 // are applied on the host: taps[] holds, per output row (first oh entries) and column (next ow),
 // the two source indices and their weights (i0, i1, w0, w1) as the reference computes them, so a
 // driver's division or fma rounding cannot move a tie (NVIDIA did, in shader arithmetic).
+#ifndef VULKAN
+#extension GL_OES_gpu_shader5 : enable
+#endif
 #include "compute/prelude.glsl"
+// precise: the bilinear sum must not be contracted into fma (it would round ties differently)
+#if defined(VULKAN) || defined(GL_OES_gpu_shader5)
+#define PRECISE precise
+#else
+#define PRECISE
+#endif
 
 PARAMS_BEGIN
     int n; int ih; int iw; int c4s;
@@ -31,7 +40,13 @@ void main() {
         vec4 v01 = LD(x, (base + y0 * p.iw + x1) * p.c4s + c4);
         vec4 v10 = LD(x, (base + y1 * p.iw + x0) * p.c4s + c4);
         vec4 v11 = LD(x, (base + y1 * p.iw + x1) * p.c4s + c4);
-        v = ty.z * (tx.z * v + tx.w * v01) + ty.w * (tx.z * v10 + tx.w * v11);
+        // the four products summed in onnxruntime's order (its bilinear kernel), so the ties of
+        // a quantized model round as there
+        PRECISE vec4 r = (tx.z * ty.z) * v;
+        r += (tx.w * ty.z) * v01;
+        r += (tx.z * ty.w) * v10;
+        r += (tx.w * ty.w) * v11;
+        v = r;
     }
     ST(y, ((n * p.oh + oy) * p.ow + ox) * p.oc4s + p.oc4o + c4, tail_zero(v, c4, p.c));
 }
