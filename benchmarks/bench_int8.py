@@ -51,10 +51,10 @@ def _weight_bytes(sess: Session) -> int | None:
     return None if line is None else sum(int(p.split("=")[1]) for p in line.split(": ", 1)[1].split(", "))
 
 
-def bench_model(name: str, paths: list[str], blocks: int, runs: int) -> list[dict]:
+def bench_model(name: str, paths: list[str], blocks: int, runs: int, quant_format: str = "QDQ") -> list[dict]:
     import onnxruntime as ort
 
-    float_file, int8_file = str(zoo.fetch(name)), str(quantized_path(name))
+    float_file, int8_file = str(zoo.fetch(name)), str(quantized_path(name, quant_format))
     feeds = make_input(zoo.BY_NAME[name])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
@@ -109,13 +109,14 @@ def main() -> int:
     ap.add_argument("--paths", default=",".join(PATHS), help="comma list of GPU paths")
     ap.add_argument("--blocks", type=int, default=5, help="interleaved rounds per model")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per runner per round")
+    ap.add_argument("--format", default="QDQ", choices=("QDQ", "QOperator"), help="the int8 models' format")
     ap.add_argument("--json", default="", help="also write the rows to this file")
     args = ap.parse_args()
     all_rows = []
     print(f"{'model':22s} {'runner':22s} {'p50 ms':>9s} {'x ort fp':>8s} {'steps':>6s} {'err vs fp':>9s} "
           f"{'seg':>4s} {'weight B':>10s}")
     for name in [m for m in args.models.split(",") if m]:
-        for row in bench_model(name, [p for p in args.paths.split(",") if p], args.blocks, args.runs):
+        for row in bench_model(name, [p for p in args.paths.split(",") if p], args.blocks, args.runs, args.format):
             all_rows.append(row)
             err = row.get("error_vs_float")
             print(f"{row['model']:22s} {row['runner']:22s} {row.get('p50_ms', float('nan')):9.2f} "
