@@ -3,9 +3,19 @@
 # glslang, Kompute's build needs, Xvfb and Chromium for the tests), a .venv at the repo root,
 # the project with its extras, and Kompute (kp) built offline. Run as root or through sudo.
 # Idempotent: a second run only checks and returns quickly.
+# ./setup.sh --peers also builds .venv-peers, the other runtimes benchmarks/bench_peers.py compares
+# with (ncnn, pnnx, OpenCV, LiteRT, MediaPipe, onnxruntime), kept apart so that their pins cannot
+# change the project's .venv.
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
+WITH_PEERS=0
+for arg in "$@"; do
+  case "$arg" in
+    --peers) WITH_PEERS=1 ;;
+    *) echo "usage: $0 [--peers]" >&2; exit 2 ;;
+  esac
+done
 
 APT_PACKAGES=(
   libegl1 libgles2 libgl1-mesa-dri libegl-mesa0          # GL ES through EGL, llvmpipe
@@ -66,5 +76,24 @@ if ! python -c "import kp" 2>/dev/null; then
     || log "WARNING: Kompute did not build; the vulkan path will report itself absent"
 else
   log "Kompute present"
+fi
+
+# The peers (issues 15 and 16): their own venv. pnnx without its dependencies: the ONNX -> ncnn
+# conversion is its bundled executable; its Python wrapper wants torch, which is not needed.
+# mediapipe 0.10.14 (it brings OpenCV, opencv-contrib-python): later releases refuse llvmpipe
+# ("GPU emulation detected"), this one runs its GL delegate headless through EGL_PLATFORM=surfaceless.
+PEERS_PACKAGES=(ncnn onnxruntime ai-edge-litert "mediapipe==0.10.14")
+if [ "$WITH_PEERS" = 1 ]; then
+  peers_want=$(printf '%s\n' "${PEERS_PACKAGES[@]}" pnnx | sha256sum | cut -c1-16)
+  if [ "$(cat .venv-peers/.gpubackend-peers 2>/dev/null)" != "$peers_want" ]; then
+    log "installing the peers into .venv-peers: ${PEERS_PACKAGES[*]} pnnx"
+    [ -x .venv-peers/bin/python ] || $PY -m venv .venv-peers
+    .venv-peers/bin/python -m pip install -q --upgrade pip
+    .venv-peers/bin/python -m pip install -q "${PEERS_PACKAGES[@]}"
+    .venv-peers/bin/python -m pip install -q --no-deps pnnx
+    echo "$peers_want" > .venv-peers/.gpubackend-peers
+  else
+    log "peers venv up to date"
+  fi
 fi
 log "done: activate with 'source .venv/bin/activate'"
