@@ -168,8 +168,8 @@ def _ncnn_runner(spec: dict[str, Any], x: np.ndarray, vulkan: bool) -> tuple[Cal
     net.opt.use_vulkan_compute = vulkan
     net.opt.num_threads = spec["threads"]
     # fp32 throughout, as the issue's bar: no fp16/bf16 storage or arithmetic, no int8
-    for flag in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage",
-                 "use_int8_inference"):
+    for flag in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_packed",
+                 "use_bf16_storage", "use_int8_inference"):
         if hasattr(net.opt, flag):
             setattr(net.opt, flag, False)
     if vulkan:
@@ -320,13 +320,13 @@ def prepare_model(name: str, cache: Path) -> dict[str, Any]:
 
 
 def convert_ncnn(prepared: dict[str, Any], py: Path, cache: Path) -> tuple[str, str]:
-    """The model converted by pnnx (from the peers' venv) to ncnn's .param/.bin, cached by the
-    ONNX file's content and the input shape."""
+    """The model converted by pnnx (from the peers' venv) to ncnn's .param/.bin with fp32 weights,
+    cached by the ONNX file's content and the input shape."""
     import hashlib
 
     digest = hashlib.sha256(Path(prepared["onnx"]).read_bytes()).hexdigest()[:12]
     shape = ",".join(str(d) for d in prepared["shape"])
-    work = cache / f"ncnn-{prepared['name']}-{digest}-{shape.replace(',', 'x')}"
+    work = cache / f"ncnn-{prepared['name']}-{digest}-{shape.replace(',', 'x')}-fp32"
     param, weights = work / "model.ncnn.param", work / "model.ncnn.bin"
     if not (param.exists() and weights.exists()):
         work.mkdir(parents=True, exist_ok=True)
@@ -338,7 +338,8 @@ def convert_ncnn(prepared: dict[str, Any], py: Path, cache: Path) -> tuple[str, 
         if find.returncode != 0:
             raise PeerSetupError(f"pnnx is not installed in {py}: run ./setup.sh --peers")
         exe = Path(find.stdout.strip()).parent / "pnnx"
-        proc = subprocess.run([str(exe), str(local.name), f"inputshape=[{shape}]"], cwd=work,
+        # fp16=0: pnnx stores ncnn weights as fp16 by default, which alone costs ~2e-3 of error
+        proc = subprocess.run([str(exe), str(local.name), f"inputshape=[{shape}]", "fp16=0"], cwd=work,
                               capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0 or not param.exists():
             raise PeerSetupError(f"pnnx failed on {prepared['name']}: {proc.stderr.strip()[-300:]}")
