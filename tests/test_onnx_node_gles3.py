@@ -47,9 +47,6 @@ EXCLUDE = {
                                         "outputs; gles3 runs inference BatchNormalization",
     r"test_prelu_broadcast": "a runtime rank-1 slope [5] against [3,4,5] is stored in another NCHW view (the "
                              "binary kernel; the same slope as a constant runs)",
-    r"test_mish": "Mish from the shared elementwise table (not an index kernel) differs from ONNX's expected "
-                  "output by up to ~1e-6 absolute where |y| < 1e-3 (25 of 10000 elements past rtol 1e-3 / "
-                  "atol 1e-7; fp32 error measure max|d|/max(1,|ref|) is ~1e-6)",
 }
 
 CASES = node_cases(INCLUDE, EXCLUDE)

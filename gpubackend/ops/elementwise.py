@@ -73,7 +73,15 @@ HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
     "sigmoid": (("u",), "sigmoid_e(u, exp(-abs(u)))"),
     "tanh_e": (("u", "e"), "sel(lt(u, 0.0), (e - 1.0) / (1.0 + e), (1.0 - e) / (1.0 + e))"),
     "tanh_": (("u",), "tanh_e(u, exp(-2.0 * abs(u)))"),
-    "softplus": (("u",), "fmax(u, 0.0) + log(1.0 + exp(-abs(u)))"),
+    # log(1 + e) for 0 <= e <= 1, accurate relative to e: log(1 + e) loses the digits of a small e
+    # when 1 + e rounds, so below 1/16 the series to e^5 (truncation < e^6 / 6 < 1e-8 e) stands in
+    "log1p_e": (("e",), "sel(lt(e, 0.0625), e * (1.0 - e * (0.5 - e * (0.33333333 - e * (0.25 - e * 0.2)))), "
+                        "log(1.0 + e))"),
+    "softplus": (("u",), "fmax(u, 0.0) + log1p_e(exp(-abs(u)))"),
+    # tanh(softplus(u)) without a cancellation: with e = exp(-|u|), (1+e^u)^2 = n + 1 gives
+    # tanh = n / (n + 2) = e(e+2) / (e(e+2) + 2) for u < 0 and (1+2e) / (1+2e+2e^2) for u >= 0
+    "tanh_softplus_e": (("u", "e"), "sel(lt(u, 0.0), e * (e + 2.0) / (e * (e + 2.0) + 2.0), "
+                                    "(1.0 + 2.0 * e) / (1.0 + 2.0 * e + 2.0 * e * e))"),
     # Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7); t = 1 / (1 + p |u|)
     "erf_t": (("u", "t"), "sel(lt(u, 0.0), -1.0, 1.0) * (1.0 - t * (0.254829592 + t * (-0.284496736 + t * ("
                           "1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * exp(-u * u))"),
@@ -119,7 +127,7 @@ UNARY: tuple[Op, ...] = (
     # drivers that divide through a flushed reciprocal (NVIDIA) turn into 0.
     Op("Softsign", "sel(gt(abs(x), 1e30), sel(lt(abs(x), inf()), sel(lt(x, 0.0), -1.0, 1.0), nan()), "
                    "x / (1.0 + abs(x)))"),
-    Op("Mish", "x * tanh_(softplus(x))"),
+    Op("Mish", "x * tanh_softplus_e(x, exp(-abs(x)))"),
     Op("Gelu", "0.5 * x * (1.0 + erf(x * 0.70710678118654752))"),
     Op("GeluTanh", "0.5 * x * (1.0 + tanh_(0.79788456080286536 * (x + 0.044715 * x * x * x)))"),
     Op("ThresholdedRelu", "sel(gt(x, P0), x, 0.0)", (("alpha", 1.0),), nan_in_nan_out=False),

@@ -19,7 +19,9 @@ vec4 ew_sigmoid_e(vec4 u, vec4 e) { return mix((e / (vec4(1.0) + e)), (vec4(1.0)
 vec4 ew_sigmoid(vec4 u) { return ew_sigmoid_e(u, exp((-abs(u)))); }
 vec4 ew_tanh_e(vec4 u, vec4 e) { return mix(((vec4(1.0) - e) / (vec4(1.0) + e)), ((e - vec4(1.0)) / (vec4(1.0) + e)), lessThan(u, vec4(0.0))); }
 vec4 ew_tanh_(vec4 u) { return ew_tanh_e(u, exp(((-vec4(2.0)) * abs(u)))); }
-vec4 ew_softplus(vec4 u) { return (ew_fmax(u, vec4(0.0)) + log((vec4(1.0) + exp((-abs(u)))))); }
+vec4 ew_log1p_e(vec4 e) { return mix(log((vec4(1.0) + e)), (e * (vec4(1.0) - (e * (vec4(0.5) - (e * (vec4(0.3333333432674408) - (e * (vec4(0.25) - (e * vec4(0.20000000298023224)))))))))), lessThan(e, vec4(0.0625))); }
+vec4 ew_softplus(vec4 u) { return (ew_fmax(u, vec4(0.0)) + ew_log1p_e(exp((-abs(u))))); }
+vec4 ew_tanh_softplus_e(vec4 u, vec4 e) { return mix(((vec4(1.0) + (vec4(2.0) * e)) / ((vec4(1.0) + (vec4(2.0) * e)) + ((vec4(2.0) * e) * e))), ((e * (e + vec4(2.0))) / ((e * (e + vec4(2.0))) + vec4(2.0))), lessThan(u, vec4(0.0))); }
 vec4 ew_erf_t(vec4 u, vec4 t) { return (mix(vec4(1.0), (-vec4(1.0)), lessThan(u, vec4(0.0))) * (vec4(1.0) - ((t * (vec4(0.2548295855522156) + (t * ((-vec4(0.2844967246055603)) + (t * (vec4(1.421413779258728) + (t * ((-vec4(1.453152060508728)) + (t * vec4(1.0614054203033447)))))))))) * exp(((-u) * u))))); }
 vec4 ew_erf(vec4 u) { return ew_erf_t(u, (vec4(1.0) / (vec4(1.0) + (vec4(0.32759109139442444) * abs(u))))); }
 vec4 ew_round_rf(vec4 r, vec4 f) { return mix(mix((r + (r - (vec4(2.0) * floor((r * vec4(0.5)))))), r, lessThan(f, vec4(0.5))), (r + vec4(1.0)), greaterThan(f, vec4(0.5))); }
@@ -74,7 +76,7 @@ vec4 activate(vec4 x) {
 #elif ACT == 22  // Softsign
     return mix(mix((x / (vec4(1.0) + abs(x))), mix(vec4(uintBitsToFloat(0x7fc00000u)), mix(vec4(1.0), (-vec4(1.0)), lessThan(x, vec4(0.0))), lessThan(abs(x), vec4(uintBitsToFloat(0x7f800000u)))), greaterThan(abs(x), vec4(1.0000000150474662e+30))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 23  // Mish
-    return mix((x * ew_tanh_(ew_softplus(x))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
+    return mix((x * ew_tanh_softplus_e(x, exp((-abs(x))))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 24  // Gelu
     return mix(((vec4(0.5) * x) * (vec4(1.0) + ew_erf((x * vec4(0.7071067690849304))))), x, greaterThan(floatBitsToUint(x) & uvec4(0x7fffffffu), uvec4(0x7f800000u)));
 #elif ACT == 25  // GeluTanh
