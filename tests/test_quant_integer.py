@@ -196,11 +196,12 @@ def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str 
     assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
 
 
-@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+@pytest.mark.parametrize("path", ["gles3", "gles31", "vulkan"])
 def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str) -> None:
-    """DequantizeLinear -> Resize (linear, half_pixel, 2x) -> QuantizeLinear: the compute paths sum
-    the four products in onnxruntime's order with its border weights (ops ResizeRecord.taps), so
-    the exact .5 ties of a 2x upsample round as onnxruntime rounds them (selfie's decoder)."""
+    """DequantizeLinear -> Resize (linear, half_pixel, 2x) -> QuantizeLinear: the GPU paths sum
+    the four products in onnxruntime's order with its border weights (compute: ops
+    ResizeRecord.taps; gles3: in the shader), so the exact .5 ties of a 2x upsample round as
+    onnxruntime rounds them (selfie's decoder)."""
     ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(17)
     inits = {"s": np.float32(0.01633942), "z": np.uint8(0), "sizes": np.array([1, 16, 24, 24], np.int64)}

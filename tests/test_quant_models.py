@@ -25,11 +25,11 @@ from gpubackend.zoo.quantized import quantized_path
 # a little smaller than its real quantization step). selfie is not: its float ops between the
 # convs (HardSigmoid, Resize; and QLinearAdd/Mul/Sigmoid/GlobalAveragePool, which onnxruntime
 # computes its own way) land one step away on ties, and the net amplifies that to 128 steps near
-# the mask edge (measured on gles31/vulkan/numpy: 1.15% QDQ, 2.42% QOperator). The compute paths'
-# bilinear Resize now rounds as onnxruntime's (QDQ selfie: 0 steps there); gles3's does not yet.
+# the mask edge (measured on gles31/vulkan/numpy: 1.15% QDQ, 2.42% QOperator). The GPU paths'
+# bilinear Resize now rounds as onnxruntime's (QDQ selfie: 0 steps on gles3, gles31, vulkan).
 MODELS = {"mtcnn_onet": 0.0, "mtcnn_rnet": 0.0, "ppocr_cls": 0.0, "mobilenetv3_orientation": 0.25,
           "selfie_segmentation": 0.03}
-EXACT_ON_COMPUTE = {("selfie_segmentation", "QDQ")}
+EXACT_ON_GPU = {("selfie_segmentation", "QDQ")}
 DEFAULT = ("mtcnn_onet",)
 
 
@@ -74,7 +74,7 @@ def test_quantized_model_on_gpu_path(name: str, path: str, fmt: str) -> None:
               f"({diff.max() / max(rng, 1e-30):.3g} of "
               f"range), {beyond:.2%} beyond one step, mean |diff| {diff.mean():.3g}; int8 vs float: max "
               f"{np.abs(w - f).max():.3g}, mean {noise:.3g}")
-        exact = (name, fmt) in EXACT_ON_COMPUTE and path != "gles3"
+        exact = (name, fmt) in EXACT_ON_GPU
         assert (diff.max() <= step * 1.01) if exact else beyond <= MODELS[name]
         assert diff.mean() <= max(noise, step)  # inside the quantization noise
 

@@ -42,11 +42,18 @@ vec4 compute(int n, int g, int p, int y, int x) {
     int x0 = int(floor(cx));
     int y1 = min(y0 + 1, X_H - 1);
     int x1 = min(x0 + 1, X_W - 1);
-    float fy = cy - float(y0);
-    float fx = cx - float(x0);
-    vec4 top = mix(X_plane(p, n, g, y0, x0), X_plane(p, n, g, y0, x1), fx);
-    vec4 bottom = mix(X_plane(p, n, g, y1, x0), X_plane(p, n, g, y1, x1), fx);
-    return mix(top, bottom, fy);
+    // onnxruntime's bilinear form, so a quantized model's .5 ties round as there: weights
+    // |c - c0| and |c - c1| (0.5 and 0.5 on one repeated border pixel), the four products summed
+    // in its order
+    float dy1 = y0 == y1 ? 0.5 : cy - float(y0);
+    float dy2 = y0 == y1 ? 0.5 : float(y1) - cy;
+    float dx1 = x0 == x1 ? 0.5 : cx - float(x0);
+    float dx2 = x0 == x1 ? 0.5 : float(x1) - cx;
+    vec4 r = (dx2 * dy2) * X_plane(p, n, g, y0, x0);
+    r += (dx1 * dy2) * X_plane(p, n, g, y0, x1);
+    r += (dx2 * dy1) * X_plane(p, n, g, y1, x0);
+    r += (dx1 * dy1) * X_plane(p, n, g, y1, x1);
+    return r;
 #else
     return X_plane(p, n, g, nearest(cy, X_H), nearest(cx, X_W));
 #endif
