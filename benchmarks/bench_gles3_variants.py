@@ -9,7 +9,8 @@ Variants: ``taps`` (the default kernels), ``gather`` (ConvTranspose in the one-p
 ``convtranspose_taps`` taken out), ``unroll40`` (conv bodies unrolled only up to 40
 matrix-vector products, the cap before the third session; ``unroll576``: up to 576), ``tiled`` (Gemm/MatMul and other
 1-pixel-tile outputs drawn tile by tile, as before the fourth session; ``onedraw196``: tiles
-up to 14x14 in one draw as well). Models: selfie,
+up to 14x14 in one draw as well; ``targets2``: every tensor in 2 planes, so a conv fragment
+keeps 2 output slices instead of 4). Models: selfie,
 unet_like, mobilenet_v2_like, an .onnx file, or one of the roofline kernels
 (matmul512, gemm256, conv3x3, conv1x1).
 """
@@ -43,6 +44,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "unroll576": {"limits": {"unroll_matvecs": 576}},  # a 3x3 conv of 64 channels fully unrolled
     "tiled": {"limits": {"one_draw_tile_pixels": 0}},
     "onedraw196": {"limits": {"one_draw_tile_pixels": 196}},  # tiles up to 14x14 in one draw too
+    "targets2": {"limits": {"targets": 2}},  # 2 render targets per pass (8 accumulator vectors, not 16)
 }
 ROOFLINE = {"matmul512": "matmul 512^3", "gemm256": "gemm 256x1024x1024", "conv3x3": "conv 3x3 64ch 128x128",
             "conv1x1": "conv 1x1 128ch 64x64"}
