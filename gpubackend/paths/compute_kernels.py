@@ -659,16 +659,21 @@ def _pool(node: Node, graph: Graph, precision: str) -> list[Record]:
 
 
 def _globalpool(node: Node, graph: Graph, precision: str) -> list[Record]:
+    return [globalpool_record(node, graph, precision, node.op_type == "GlobalMaxPool")]
+
+
+def globalpool_record(node: Node, graph: Graph, precision: str, is_max: bool) -> Kernel:
+    """``globalpool.comp``: the mean (or maximum) over H x W of a rank-4 NCHW input 0, one
+    invocation per (n, c4) reducing four channels at once."""
     x = node.inputs[0]
     xs = _float_tensor(graph, x)
     if len(xs) != 4:
         raise Decline("only 2-D global pooling (rank 4 NCHW)")
     c4 = (xs[1] + 3) // 4
     groups, local = _grid_flat(xs[0] * c4, 16)
-    return [Kernel("globalpool", "compute/globalpool.comp", _variant(precision),
-                   (("n", xs[0]), ("hw", xs[2] * xs[3]), ("c4s", c4), ("c", xs[1]),
-                    ("is_max", int(node.op_type == "GlobalMaxPool"))),
-                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
+    return Kernel("globalpool", "compute/globalpool.comp", _variant(precision),
+                  (("n", xs[0]), ("hw", xs[2] * xs[3]), ("c4s", c4), ("c", xs[1]), ("is_max", int(is_max))),
+                  (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)
 
 
 def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> np.ndarray:

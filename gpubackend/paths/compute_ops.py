@@ -137,6 +137,12 @@ def _reduce(node: Node, graph: Graph, precision: str) -> list[Record]:
         if x in graph.constants:
             raise Decline("identity of a constant (folded on the host)")
         return [ck.Alias(x, y, "reduce", node.name)]
+    if node.op_type in ("ReduceMean", "ReduceMax") and len(xs) == 4 and sorted(rec.axes) == [2, 3] \
+            and ck._shape(graph, y) == (xs[0], xs[1], 1, 1):
+        # a squeeze-excite mean over H x W: globalpool loops H*W times per invocation for four
+        # channels, where reduce.comp loops 4 * H * W times, which went wrong on llvmpipe / lavapipe
+        # past ~2^14 pixels (PP-OCRv6 det at 480x640: its first ReduceMean off by 0.19 of 0.9)
+        return [ck.globalpool_record(node, graph, precision, node.op_type == "ReduceMax")]
     return [reduce_record(node, graph, precision, xs, rec.axes, _REDUCE_OPS[node.op_type])]
 
 
