@@ -28,6 +28,7 @@ MANIFEST = SPIRV_DIR / "manifest.json"  # spv name -> sha256 of the exact GLSL t
 COMPUTE_DIR = ROOT / "compute"
 VERSION = "450"
 TARGET_ENV = "vulkan1.0"
+SUBGROUP_TARGET_ENV = "vulkan1.1"  # variants defining SG use subgroup operations (SPIR-V 1.3)
 # {"FP16_COMPUTE": 1}: mediump arithmetic (RelaxedPrecision), the vulkan check of gpubackend/paths/fp16_compute.py
 SELFTEST_VARIANTS: tuple[dict[str, object], ...] = ({}, {"FP16": 1}, {"ACT": 5}, {"FP16_COMPUTE": 1})
 # SPIR-V header word 2 is the generator's id and version: it differs between glslang builds
@@ -93,7 +94,8 @@ def compile_variant(shader: str, defines: Mapping[str, object] | Iterable[tuple[
     src = vulkan_source(shader, defines)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
-        proc = subprocess.run([exe, "-V", "--target-env", TARGET_ENV, "--stdin", "-S", "comp", "-o", str(out)],
+        env = SUBGROUP_TARGET_ENV if "SG" in dict(normalize(defines)) else TARGET_ENV
+        proc = subprocess.run([exe, "-V", "--target-env", env, "--stdin", "-S", "comp", "-o", str(out)],
                               input=src, capture_output=True, text=True)
         if proc.returncode != 0 or not out.is_file():
             numbered = "\n".join(f"{i + 1:4d}| {t}" for i, t in enumerate(src.splitlines()))

@@ -46,6 +46,21 @@ def test_every_variant_matches_the_reference(unit: str, variant: str, case: Case
     assert seen and {v for _, u, _, v in seen if u == unit} == {variant}
 
 
+# A subgroup-broadcast (SG) kernel reads the weights other lanes loaded: with fewer pixels or rows
+# than the 8 broadcasting lanes its workgroup must still hold 8 invocations, all active.
+SG_SMALL = [("gemm", "px4cb4sg", _node("gemm_3x6x9_sg_fewer_rows_than_lanes", "gemm", "Gemm",
+                                       [_u(3, 6), _u(6, 9), _u(9)], {})),
+            ("conv", "bx4cb4sg", _node("conv3x3_2x3_sg_fewer_pixels_than_lanes", "conv", "Conv",
+                                       [_u(1, 5, 2, 3), _u(9, 5, 3, 3), _u(9)], {"kernel_shape": [3, 3],
+                                                                                "pads": [1, 1, 1, 1]}))]
+
+
+@pytest.mark.parametrize("unit,variant,case", SG_SMALL, ids=[c.id for _, _, c in SG_SMALL])
+def test_subgroup_variant_with_fewer_items_than_lanes(unit: str, variant: str, case: Case) -> None:
+    with tuning.forced(**{unit: variant}):
+        _check(case, "vulkan", "fp32")
+
+
 def test_every_registered_variant_is_tested() -> None:
     assert set(tuning.units()) == set(UNIT_CASES)
     for unit in UNIT_CASES:

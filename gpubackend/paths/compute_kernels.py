@@ -44,14 +44,35 @@ CONV_BX, CONV_CB = 8, 2
 GEMM_PX, GEMM_CB = 8, 2
 
 
-def _blocking_variants(px: str) -> list[tuning.Variant]:
+def _blocking_variants(px: str, subgroup: bool = False) -> list[tuning.Variant]:
     out = [tuning.Variant(f"{px.lower()}{b}cb{c}", ((px, b), ("CB", c)))
            for b, c in ((8, 2), (4, 4), (4, 2), (8, 4), (16, 1))]
-    return out + [tuning.Variant(f"{px.lower()}8cb2w16", ((px, 8), ("CB", 2)), local=16)]
+    out += [tuning.Variant(f"{px.lower()}8cb2w16", ((px, 8), ("CB", 2)), local=16)]
+    if subgroup:  # SG: each weight vec4 loaded by one of 8 lanes and broadcast (Vulkan; GL ignores SG)
+        out += [tuning.Variant(f"{px.lower()}{b}cb{c}sg", ((px, b), ("CB", c), ("SG", 1)))
+                for b, c in ((8, 2), (8, 4), (4, 4))]
+    return out
 
 
-tuning.register("conv", _blocking_variants("BX"), {"*": f"bx{CONV_BX}cb{CONV_CB}"})
-tuning.register("gemm", _blocking_variants("PX"), {"*": f"px{GEMM_PX}cb{GEMM_CB}"})
+# lavapipe compiles every storage-buffer load into a loop over the SIMD lanes, so the subgroup
+# broadcast of the weights nearly halves the conv and gemm time there (docs/performance.md,
+# "What lavapipe compiles the kernels into")
+tuning.register("conv", _blocking_variants("BX", subgroup=True),
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sg"})
+tuning.register("gemm", _blocking_variants("PX", subgroup=True),
+                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg"})
+
+
+def _sg_lanes(variant: tuning.Variant) -> int:
+    return 8 if dict(variant.defines).get("SG") else 1
+
+
+def default_blockings(unit: str) -> list[tuple[tuple[str, int], ...]]:
+    """The defines of every device class's default variant of ``unit`` (what runs untuned)."""
+    u = tuning.units()[unit]
+    return sorted({u.default_for(cls).defines for cls in u.defaults})
+
+
 DW_BX = 4
 DW3_BX = 4  # the 3x3 strip variant (K3S = stride 1 or 2)
 CONVT_CB = 2
@@ -306,9 +327,11 @@ def _grid_3d(gx: int, gy: int, gz: int) -> tuple[tuple[int, int, int], tuple[int
     return groups, local
 
 
-def _grid_rows(items: int, gy: int, gz: int, local: int = 64) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """1-D invocations along x (``items``), one workgroup per (y, z): y and z are uniform."""
-    lx = _pow2_at_least(items, local)
+def _grid_rows(items: int, gy: int, gz: int, local: int = 64,
+               at_least: int = 1) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """1-D invocations along x (``items``), one workgroup per (y, z): y and z are uniform.
+    ``at_least``: the smallest workgroup (an SG kernel needs its 8 broadcasting lanes)."""
+    lx = max(_pow2_at_least(items, local), at_least)
     groups = (-(-items // lx), gy, gz)
     if max(groups) > MAX_GROUPS:
         raise Decline(f"dispatch of {groups} workgroups exceeds {MAX_GROUPS} per axis")
@@ -410,12 +433,12 @@ def _gemm_record(node: Node, graph: Graph, precision: str, x: str, y: str, rows:
     px, cb = choice.variant.define("PX"), choice.variant.define("CB")
     cob = -(-co4 // cb)
     act, a0, a1 = _act(act_rec)
-    groups, local = _grid_rows(-(-rows // px), cob, 1, choice.variant.local)
+    groups, local = _grid_rows(-(-rows // px), cob, 1, choice.variant.local, _sg_lanes(choice.variant))
     wsrc = _source(graph, node, 1, "the weight", f"{node.name}/w",
                    lambda w: _pack_blocks(to_wd(w)[:, :, None, None], cob * cb))
     bsrc = _source(graph, node, bias_idx, "the bias", f"{node.name}/b",
                    lambda b: _bias(None if b is None else to_bias(b), co, cob * cb))
-    return Kernel(kernel, "compute/gemm.comp", _variant(precision, ACT=act, PX=px, CB=cb),
+    return Kernel(kernel, "compute/gemm.comp", _variant(precision, ACT=act, **dict(choice.variant.defines)),
                   (("rows", rows), ("ci4", ci4), ("co4", co4), ("co", co), ("cob", cob), ("act0", a0), ("act1", a1),
                    ("oc4s", co4), ("oc4o", 0)),
                   (Binding("in", x), wsrc, bsrc, Binding("out", y)), groups, local, node.name,
@@ -469,8 +492,9 @@ def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> lis
         choice = tuning.choose("conv", shape_class, node.name)
         bx, cbk = choice.variant.define("BX"), choice.variant.define("CB")
         cob = -(-co4 // cbk)
-        groups, local = _grid_rows(g["oh"] * -(-g["ow"] // bx), cob, g["n"], choice.variant.local)
-        defines = _variant(precision, ACT=act, BX=bx, CB=cbk)
+        groups, local = _grid_rows(g["oh"] * -(-g["ow"] // bx), cob, g["n"], choice.variant.local,
+                                   _sg_lanes(choice.variant))
+        defines = _variant(precision, ACT=act, **dict(choice.variant.defines))
     params = tuple((k, g[k]) for k in ("n", "ih", "iw")) + (("ci4", ci4),) + tuple(
         (k, g[k]) for k in ("oh", "ow")) + (("co4", co4), ("co", g["co"])) + tuple(
         (k, g[k]) for k in ("kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw")) + (

@@ -141,8 +141,10 @@ def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[st
     out = []
     for prec in precisions:
         for act in act_codes:
-            out.append(("compute/conv.comp", ck._variant(prec, ACT=act, BX=ck.CONV_BX, CB=ck.CONV_CB, QW=1)))
-            out.append(("compute/gemm.comp", ck._variant(prec, ACT=act, PX=ck.GEMM_PX, CB=ck.GEMM_CB, QW=1)))
+            for blocking in ck.default_blockings("conv"):
+                out.append(("compute/conv.comp", ck._variant(prec, ACT=act, QW=1, **dict(blocking))))
+            for blocking in ck.default_blockings("gemm"):
+                out.append(("compute/gemm.comp", ck._variant(prec, ACT=act, QW=1, **dict(blocking))))
             out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW_BX, QW=1)))
             for stride in (1, 2):
                 out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW3_BX, K3S=stride, QW=1)))
