@@ -361,6 +361,57 @@ def test_segment_keeps_intermediates_on_the_gpu():
     assert stats.dispatches >= len(graph.nodes) - 1  # Flatten is a view, no draw
 
 
+def test_nodes_of_one_kind_share_a_program_with_their_own_sizes_and_scalars():
+    """Elementwise nodes that differ only in tensor sizes, scalar operands or Clip bounds share
+    one program (sizes and scalars are uniforms, set at each draw), as do Concats whose inputs
+    start at other channels: each node still gets its own values, channel counts that are not a
+    multiple of 4 included, and NaN / Inf pass through."""
+    x = rnd(1, 6, 8, 8)
+    w = rnd(1, 5, 8, 8)
+    z = rnd(1, 7, 5, 3)
+    z[0, 1, 2, 1], z[0, 6, 4, 2], z[0, 0, 0, 0] = np.nan, np.inf, -np.inf
+    consts = {"k_half": np.float32(0.5), "k_two": np.float32(2.0), "k_neg": np.float32(-1.5),
+              "k_three": np.float32(3.0), "m3": np.float32(-3.0)}
+    nodes = [Node("a", "Mul", ["x", "k_half"], ["a"]), Node("b", "Add", ["a", "m3"], ["b"]),
+             Node("c", "Mul", ["b", "k_two"], ["c"]),
+             Node("p", "MaxPool", ["c"], ["p"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+             Node("d", "Mul", ["p", "k_neg"], ["d"]),
+             Node("e", "Clip", ["d"], ["e"], {"min": -1.0, "max": 0.5}),
+             Node("f", "Clip", ["c"], ["f"], {"min": 0.0, "max": 6.0}),
+             Node("y", "Mul", ["z", "k_three"], ["y"]),
+             Node("u", "Sigmoid", ["z"], ["u"]),
+             Node("q1", "Concat", ["w", "c"], ["q1"], {"axis": 1}),
+             Node("q2", "Concat", ["c", "f"], ["q2"], {"axis": 1})]
+    shapes = {"x": x.shape, "a": x.shape, "b": x.shape, "c": x.shape, "f": x.shape, "p": (1, 6, 4, 4),
+              "d": (1, 6, 4, 4), "e": (1, 6, 4, 4), "z": z.shape, "y": z.shape, "u": z.shape,
+              "w": w.shape, "q1": (1, 11, 8, 8), "q2": (1, 12, 8, 8), **{k: () for k in consts}}
+    dtypes = {k: np.dtype(np.float32) for k in shapes}
+    outputs = ["e", "f", "y", "u", "q1", "q2"]
+    feeds = {"x": x, "z": z, "w": w}
+    graph = Graph(nodes, list(feeds), outputs, dict(consts), shapes, dtypes, 11, {k: v.shape for k, v in feeds.items()})
+    path = gpath()
+    seg = path.compile(nodes, graph, list(feeds), outputs)
+    try:
+        programs = {step.node.name: id(step.program) for step in seg.steps}
+        got = seg.run(feeds, RunStats())
+        again = seg.run(feeds, RunStats())
+    finally:
+        seg.close()
+    assert len({programs[n] for n in "acdy"}) == 1, "Mul by a scalar: one program for every size"
+    assert programs["e"] == programs["f"], "Clip with other bounds and sizes: one program"
+    assert programs["q1"] == programs["q2"], "Concat with its inputs at other channels: one program"
+    assert programs["u"] != programs["y"]
+    env = {**feeds, **consts}
+    for node in nodes:
+        args = [np.asarray(env[n]) for n in node.inputs]
+        env[node.outputs[0]] = fallback.run_node(node.op_type, args, node.attrs, 11)[0]
+    for name in outputs:
+        want = np.asarray(env[name], np.float32)
+        np.testing.assert_array_equal(np.isnan(got[name]), np.isnan(want), err_msg=name)
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(got[name], again[name], err_msg=name)
+
+
 def test_canary():
     from gpubackend.paths import gles3
 

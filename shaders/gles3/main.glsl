@@ -8,13 +8,8 @@
 // consumer may read whole texels without masking.
 vec4 finish(vec4 v, int s) {
     if (s >= O_S) return vec4(0.0);
-#if (O_C - (O_C / 4) * 4) == 1
-    if (s == O_S - 1) v.yzw = vec3(0.0);
-#elif (O_C - (O_C / 4) * 4) == 2
-    if (s == O_S - 1) v.zw = vec2(0.0);
-#elif (O_C - (O_C / 4) * 4) == 3
-    if (s == O_S - 1) v.w = 0.0;
-#endif
+    // O_C may be a uniform (programs shared by layers of different sizes): a select, not #if
+    if (s == O_S - 1) v = mix(vec4(0.0), v, lessThan(ivec4(0, 1, 2, 3), ivec4(O_C - 4 * s)));
     return v;
 }
 

@@ -38,7 +38,11 @@ class Limits:
     max_texture_units: int = 16
     ubo_alignment: int = 256
     targets: int = 4  # render targets per pass (measured; see benchmarks/bench_gles3.py)
-    baked: bool = True  # shape values as constants (True) or uniforms (False)
+    baked: bool = True  # conv attributes (kernel size, strides, pads) as constants (True) or uniforms
+    # Tensor sizes and scalar operands as uniforms, so nodes of one kind that differ only in them
+    # share one program: llvmpipe compiles each distinct program at its first draw, which is
+    # most of a model's first run. False bakes them in as literals (A/B comparisons).
+    shared: bool = True
     fp16: bool = False  # feature maps in RGBA16F textures (precision "fp16")
     # conv: largest fully unrolled body, in 4x4 matrix-vector products (taps x input slices x
     # targets). Unrolled, every weight index is a constant, which llvmpipe loads once per SIMD
@@ -65,7 +69,7 @@ class Kernel(KernelRecord):
     consts: dict[str, tuple[np.ndarray, TexLayout]] = field(default_factory=dict)  # prefix -> data
     weights: np.ndarray | None = None  # (slices, NW, 4) float32: per output slice weight block
     weight_mode: str = ""  # "ubo": block p bound to slice g*R+p; "texture": sampler WT
-    uniforms: dict[str, int] = field(default_factory=dict)  # shape values when not baked
+    uniforms: dict[str, int | float] = field(default_factory=dict)  # set at each draw (see Limits.shared)
     alias: str = ""  # output is a view of this input (no draw)
     in_layouts: dict[str, TexLayout] = field(default_factory=dict)  # prefix -> layout of each input
     flops: int = 0
@@ -118,21 +122,33 @@ vec4 {prefix}_get(int n, int s, int y, int x) {{
 }}"""
 
 
+def geometry(out: TexLayout, inputs: dict[str, TexLayout], lim: Limits) -> dict[str, int | float]:
+    """The sizes of the output (``O_*``) and input layouts that :func:`_source` declares as
+    uniforms when ``lim.shared`` (plane counts stay literals: they shape the code), else none."""
+    if not lim.shared:
+        return {}
+    values: dict[str, int | float] = {}
+    for prefix, lay in [("O", out), *inputs.items()]:
+        values.update((k, v) for k, v in lay.defines(prefix).items() if k != f"{prefix}_R")
+    return values
+
+
 def _source(body: str, out: TexLayout, inputs: dict[str, TexLayout], tiled: bool,
-            defines: dict[str, object] | None = None, decls: str = "", consts: dict[str, int] | None = None,
-            baked: bool = True) -> str:
-    """``#version 300 es``, defines, header, generated declarations, then ``shaders/gles3/<body>``."""
+            defines: dict[str, object] | None = None, decls: str = "",
+            uniforms: dict[str, int | float] | None = None) -> str:
+    """``#version 300 es``, defines, header, generated declarations, then ``shaders/gles3/<body>``.
+    Names in ``uniforms`` are declared as uniforms (int or float by their value's type) instead
+    of defines; the kernel carries the same dict and the runtime sets it at each draw."""
+    uniforms = uniforms or {}
     d: dict[str, object] = {"R_OUT": out.planes, "TILED": int(tiled)}
     d.update(out.defines("O"))
     for prefix, lay in inputs.items():
         d.update(lay.defines(prefix))
-    for k, v in (consts or {}).items():
-        if baked:
-            d[k] = v
     d.update(defines or {})
+    for k in uniforms:
+        d.pop(k, None)
     parts = [shaders.read("gles3/header.glsl")]
-    if not baked:
-        parts += [f"uniform int {k};" for k in (consts or {})]
+    parts += [f"uniform {'float' if isinstance(v, float) else 'int'} {k};" for k, v in uniforms.items()]
     if tiled:
         parts.append("uniform ivec4 u_tile;  // n, g, x0, y0 of the output tile this draw covers")
     parts += [f"layout(location = {p}) out vec4 o_{p};" for p in range(out.planes)]
@@ -365,13 +381,18 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
         defines["QW"] = 1
     if unrolled:
         defines["CONV_UNROLLED"] = True
+    uniforms = geometry(out, {"X": x}, lim)
+    if lim.baked:
+        defines.update(consts)
+    else:
+        uniforms.update(consts)
     src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, not one_draw,
-                  defines, decls, consts, lim.baked)
+                  defines, decls, uniforms)
     flops = 2 * out.n * out.h * out.w * cout * k * (cin // group if not transpose else cin)
     if transpose:
         flops //= strides[0] * strides[1]
     return Kernel(name, src, [("X", x_name)], out, not one_draw, weights=weights, weight_mode=mode,
-                  in_layouts={"X": x}, uniforms={} if lim.baked else consts, flops=flops)
+                  in_layouts={"X": x}, uniforms=uniforms, flops=flops)
 
 
 def _conv_operands(node: Node, graph: Graph, what: str):
@@ -465,9 +486,12 @@ def conv_transpose_taps(node: Node, graph: Graph, lim: Limits) -> list[Kernel] |
     decls = _weight_decls("ubo", out.planes, 1) + f"\nvoid ct_bias(out vec4 acc[R_OUT]) {{ {init} }}"
     consts = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "TH": -(-kh // sh), "TW": -(-kw // sw)}
     defines = activation_defines(None if rec.act is None else rec.act.spec)
-    src = _source("convtranspose_sum.frag", out, {"X": q_lay}, True, defines, decls, consts, lim.baked)
+    uniforms: dict[str, int | float] = {} if lim.baked else dict(consts)
+    if lim.baked:
+        defines.update(consts)
+    src = _source("convtranspose_sum.frag", out, {"X": q_lay}, True, defines, decls, uniforms)
     total = Kernel("convtranspose_sum", src, [("X", q_name)], out, True, weights=weights, weight_mode="ubo",
-                   in_layouts={"X": q_lay}, uniforms={} if lim.baked else consts,
+                   in_layouts={"X": q_lay}, uniforms=uniforms,
                    flops=out.n * out.h * out.w * cout * consts["TH"] * consts["TW"])
     return [taps, total]
 
@@ -530,6 +554,7 @@ def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if key is None:
         return f"{node.op_type} is not a binary table op"
     defines: dict[str, object] = {"BOP": ew.BOP_CODES[key]}
+    scalars: dict[str, int | float] = {}
     if all(n in graph.constants for n in node.inputs):
         return "all inputs are constant"
     for prefix, name in zip("AB", node.inputs):
@@ -545,7 +570,12 @@ def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
             return f"shapes {s} and {ys} do not broadcast in the NCHW view"
         value = graph.constants.get(name)
         if value is not None and value.size == 1:
-            defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"vec4({ew.glsl_float(value.reshape(-1)[0], True)})"
+            scalar = float(np.float32(value.reshape(-1)[0]))
+            if lim.shared:
+                scalars[f"{prefix}_K"] = scalar
+                defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"vec4({prefix}_K)"
+            else:
+                defines[f"{prefix}_LOAD(n, g, p, y, x)"] = f"vec4({ew.glsl_float(scalar, True)})"
             continue
         lay = plan_layout(a4, lim.planes, lim.max_texture_size)
         if isinstance(lay, str):
@@ -568,8 +598,10 @@ def binary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
             else:
                 expr = f"{prefix}_get({nn}, (g) * R_OUT + (p), {yy}, {xx})"
             defines[f"{prefix}_LOAD(n, g, p, y, x)"] = expr
-    src = _source("binary.frag", out, inputs, False, defines)
-    return Kernel("binary", src, tensors, out, False, consts=consts, flops=int(np.prod(ys)), in_layouts=inputs)
+    uniforms = geometry(out, inputs, lim) | scalars
+    src = _source("binary.frag", out, inputs, False, defines, uniforms=uniforms)
+    return Kernel("binary", src, tensors, out, False, consts=consts, flops=int(np.prod(ys)), in_layouts=inputs,
+                  uniforms=uniforms)
 
 
 def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -580,10 +612,15 @@ def unary(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     resolved = ew.resolve_unary(node, graph)
     if isinstance(resolved, str):
         return resolved
-    defines: dict[str, object] = ew.unary_defines(*resolved)
-    src = _source("unary.frag", x, {"X": x}, False, defines)
+    key, p0, p1 = resolved
+    defines: dict[str, object] = ew.unary_defines(key, p0, p1)
+    uniforms = geometry(x, {"X": x}, lim)
+    if lim.shared:  # the op's parameters (Clip bounds, alphas) as uniforms too
+        uniforms |= {"u_act_p0": float(np.float32(p0)), "u_act_p1": float(np.float32(p1))}
+        defines |= {"ACT_P0": "u_act_p0", "ACT_P1": "u_act_p1"}
+    src = _source("unary.frag", x, {"X": x}, False, defines, uniforms=uniforms)
     return Kernel("unary", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs or (1,))),
-                  in_layouts={"X": x})
+                  in_layouts={"X": x}, uniforms=uniforms)
 
 
 # ---- pooling, resize, concat, softmax, pad -----------------------------------------------------
@@ -614,9 +651,10 @@ def pool(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     defines = {"POOL_MAX": int(is_max), "COUNT_PAD": int(rec.count_include_pad),
                "KH": k[0], "KW": k[1], "SH": s[0], "SW": s[1], "DH": d[0], "DW": d[1],
                "PT": pads[0], "PL": pads[1], "PB": pads[2], "PR": pads[3]}
-    src = _source("pool.frag", out, {"X": x}, False, defines)
+    uniforms = geometry(out, {"X": x}, lim)
+    src = _source("pool.frag", out, {"X": x}, False, defines, uniforms=uniforms)
     return Kernel("pool", src, [("X", node.inputs[0])], out, False, flops=int(np.prod(ys)) * k[0] * k[1],
-                  in_layouts={"X": x})
+                  in_layouts={"X": x}, uniforms=uniforms)
 
 
 GP_K = 8  # globalpool: columns per unrolled step of the row loop
@@ -667,9 +705,11 @@ def global_pool(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if edges > LOOP_BUDGET:
         return (f"{x.h}x{x.w} positions per fragment is too many ({edges} loop iterations; "
                 f"llvmpipe stops loops after {LLVMPIPE_LOOP_LIMIT})")
-    src = _source("globalpool.frag", out, {"X": x}, False, _global_pool_defines(out.planes, is_max))
+    uniforms = geometry(out, {"X": x}, lim)
+    src = _source("globalpool.frag", out, {"X": x}, False, _global_pool_defines(out.planes, is_max),
+                  uniforms=uniforms)
     return Kernel("globalpool", src, [("X", node.inputs[0])], out, False, flops=int(np.prod(xs)),
-                  in_layouts={"X": x})
+                  in_layouts={"X": x}, uniforms=uniforms)
 
 
 def resize(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -702,9 +742,10 @@ def resize(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return x if isinstance(x, str) else str(out)
     defines = {"RESIZE_LINEAR": int(mode != "nearest"), "COORD_MODE": cts[ct], "NEAREST_MODE": nms[nm],
                "SCALE_Y": _float(float(np.float32(scales[2]))), "SCALE_X": _float(float(np.float32(scales[3])))}
-    src = _source("resize.frag", out, {"X": x}, False, defines)
+    uniforms = geometry(out, {"X": x}, lim)
+    src = _source("resize.frag", out, {"X": x}, False, defines, uniforms=uniforms)
     return Kernel("resize", src, [("X", node.inputs[0])], out, False, flops=int(np.prod(ys)) * 8,
-                  in_layouts={"X": x})
+                  in_layouts={"X": x}, uniforms=uniforms)
 
 
 def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -742,20 +783,29 @@ def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if units > lim.max_texture_units:
         return f"{units} input textures exceed the {lim.max_texture_units} texture units"
     aligned = all(o % 4 == 0 for o in offsets)
+    uniforms = geometry(out, inputs, lim)
+    # where input i starts: in slices (aligned) or channels; uniforms when shared
+    starts = [o // 4 if aligned else o for o in offsets]
+    start = [str(v) for v in starts]
+    if lim.shared:
+        start = [f"CAT_{i}" for i in range(len(starts))]
+        uniforms |= {f"CAT_{i}": v for i, v in enumerate(starts) if i}
     parts = []
     if aligned:
         parts.append("vec4 concat_slice(int n, int s, int y, int x) {")
         for i in range(len(offsets) - 1, 0, -1):
-            parts.append(f"    if (s >= {offsets[i] // 4}) return X{i}_get(n, s - {offsets[i] // 4}, y, x);")
+            parts.append(f"    if (s >= {start[i]}) return X{i}_get(n, s - {start[i]}, y, x);")
         parts.append("    return X0_get(n, s, y, x);\n}")
     else:
         parts.append("float concat_lane(int n, int c, int y, int x) {")
         for i in range(len(offsets) - 1, -1, -1):
-            cond = f"if (c >= {offsets[i]}) " if i else ""
-            parts.append(f"    {cond}{{ int k = c - {offsets[i]}; return X{i}_get(n, k / 4, y, x)[k - (k / 4) * 4]; }}")
+            cond = f"if (c >= {start[i]}) " if i else ""
+            first = start[i] if i else "0"
+            parts.append(f"    {cond}{{ int k = c - {first}; return X{i}_get(n, k / 4, y, x)[k - (k / 4) * 4]; }}")
         parts.append("}")
-    src = _source("concat.frag", out, inputs, False, {"CONCAT_ALIGNED": int(aligned)}, "\n".join(parts))
-    return Kernel("concat", src, tensors, out, False, consts=consts, in_layouts=inputs)
+    src = _source("concat.frag", out, inputs, False, {"CONCAT_ALIGNED": int(aligned)}, "\n".join(parts),
+                  uniforms=uniforms)
+    return Kernel("concat", src, tensors, out, False, consts=consts, in_layouts=inputs, uniforms=uniforms)
 
 
 def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -772,9 +822,10 @@ def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return f"Softmax along axis {axis} (only the channel axis 1)"
     if graph.opset < 13 and int(np.prod(xs[2:])) != 1:
         return "opset < 13 Softmax over flattened C*H*W"
-    src = _source("softmax.frag", x, {"X": x}, False)
+    uniforms = geometry(x, {"X": x}, lim)
+    src = _source("softmax.frag", x, {"X": x}, False, uniforms=uniforms)
     return Kernel("softmax", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs)) * 3 * x.c,
-                  in_layouts={"X": x})
+                  in_layouts={"X": x}, uniforms=uniforms)
 
 
 def pad(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -796,8 +847,9 @@ def pad(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if isinstance(x, str) or isinstance(out, str):
         return x if isinstance(x, str) else str(out)
     defines = {"PAD_MODE": modes[mode], "PAD_VALUE": _float(value), "PT": pads[2], "PL": pads[3]}
-    src = _source("pad.frag", out, {"X": x}, False, defines)
-    return Kernel("pad", src, [("X", node.inputs[0])], out, False, in_layouts={"X": x})
+    uniforms = geometry(out, {"X": x}, lim)
+    src = _source("pad.frag", out, {"X": x}, False, defines, uniforms=uniforms)
+    return Kernel("pad", src, [("X", node.inputs[0])], out, False, in_layouts={"X": x}, uniforms=uniforms)
 
 
 _ALIAS_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")

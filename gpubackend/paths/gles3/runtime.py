@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import moderngl
 import numpy as np
 
+from ...errors import ModelError
 from ...gl.device import GLDevice
 from ...graph import Graph, Node
 from ..base import RunStats, Segment
@@ -166,6 +168,12 @@ class Gles3Segment(Segment):
         for name, value in k.uniforms.items():
             if name in members:
                 uniforms[name] = value
+        # Every uniform of a shared program must get this node's value at its draw, or it would
+        # keep the value of whichever node drew last with the program.
+        unset = [m for m in members if isinstance(prog[m], moderngl.Uniform) and m not in uniforms and m != "u_tile"]
+        if unset:
+            raise ModelError(f"{step.node.name} ({step.node.op_type}): gles3 kernel {k.name!r} leaves "
+                                   f"uniforms {sorted(unset)} unset")
         key = id(prog)
         if key not in self._vaos:
             self._vaos[key] = self.dev.ctx.vertex_array(prog, [])
