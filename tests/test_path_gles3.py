@@ -364,14 +364,14 @@ def test_segment_keeps_intermediates_on_the_gpu():
 def test_nodes_of_one_kind_share_a_program_with_their_own_sizes_and_scalars():
     """Elementwise nodes that differ only in tensor sizes, scalar operands or Clip bounds share
     one program (sizes and scalars are uniforms, set at each draw), as do Concats whose inputs
-    start at other channels: each node still gets its own values, channel counts that are not a
-    multiple of 4 included, and NaN / Inf pass through."""
+    start at other channels and convolutions with other strides: each node still gets its own
+    values, channel counts that are not a multiple of 4 included, and NaN / Inf pass through."""
     x = rnd(1, 6, 8, 8)
     w = rnd(1, 5, 8, 8)
     z = rnd(1, 7, 5, 3)
     z[0, 1, 2, 1], z[0, 6, 4, 2], z[0, 0, 0, 0] = np.nan, np.inf, -np.inf
     consts = {"k_half": np.float32(0.5), "k_two": np.float32(2.0), "k_neg": np.float32(-1.5),
-              "k_three": np.float32(3.0), "m3": np.float32(-3.0)}
+              "k_three": np.float32(3.0), "m3": np.float32(-3.0), "cw": rnd(4, 6, 3, 3, scale=0.3)}
     nodes = [Node("a", "Mul", ["x", "k_half"], ["a"]), Node("b", "Add", ["a", "m3"], ["b"]),
              Node("c", "Mul", ["b", "k_two"], ["c"]),
              Node("p", "MaxPool", ["c"], ["p"], {"kernel_shape": [2, 2], "strides": [2, 2]}),
@@ -381,12 +381,15 @@ def test_nodes_of_one_kind_share_a_program_with_their_own_sizes_and_scalars():
              Node("y", "Mul", ["z", "k_three"], ["y"]),
              Node("u", "Sigmoid", ["z"], ["u"]),
              Node("q1", "Concat", ["w", "c"], ["q1"], {"axis": 1}),
-             Node("q2", "Concat", ["c", "f"], ["q2"], {"axis": 1})]
+             Node("q2", "Concat", ["c", "f"], ["q2"], {"axis": 1}),
+             Node("s1", "Conv", ["x", "cw"], ["s1"], {"pads": [1, 1, 1, 1]}),
+             Node("s2", "Conv", ["x", "cw"], ["s2"], {"pads": [1, 1, 1, 1], "strides": [2, 2]})]
     shapes = {"x": x.shape, "a": x.shape, "b": x.shape, "c": x.shape, "f": x.shape, "p": (1, 6, 4, 4),
               "d": (1, 6, 4, 4), "e": (1, 6, 4, 4), "z": z.shape, "y": z.shape, "u": z.shape,
-              "w": w.shape, "q1": (1, 11, 8, 8), "q2": (1, 12, 8, 8), **{k: () for k in consts}}
+              "w": w.shape, "q1": (1, 11, 8, 8), "q2": (1, 12, 8, 8), "s1": (1, 4, 8, 8), "s2": (1, 4, 4, 4),
+              **{k: np.shape(v) for k, v in consts.items()}}
     dtypes = {k: np.dtype(np.float32) for k in shapes}
-    outputs = ["e", "f", "y", "u", "q1", "q2"]
+    outputs = ["e", "f", "y", "u", "q1", "q2", "s1", "s2"]
     feeds = {"x": x, "z": z, "w": w}
     graph = Graph(nodes, list(feeds), outputs, dict(consts), shapes, dtypes, 11, {k: v.shape for k, v in feeds.items()})
     path = gpath()
@@ -400,6 +403,7 @@ def test_nodes_of_one_kind_share_a_program_with_their_own_sizes_and_scalars():
     assert len({programs[n] for n in "acdy"}) == 1, "Mul by a scalar: one program for every size"
     assert programs["e"] == programs["f"], "Clip with other bounds and sizes: one program"
     assert programs["q1"] == programs["q2"], "Concat with its inputs at other channels: one program"
+    assert programs["s1"] == programs["s2"], "Conv with other strides and sizes: one program"
     assert programs["u"] != programs["y"]
     env = {**feeds, **consts}
     for node in nodes:

@@ -382,10 +382,12 @@ def _conv_kernel(node: Node, graph: Graph, lim: Limits, x_name: str, w: np.ndarr
     if unrolled:
         defines["CONV_UNROLLED"] = True
     uniforms = geometry(out, {"X": x}, lim)
-    if lim.baked:
-        defines.update(consts)
-    else:
-        uniforms.update(consts)
+    for key, value in consts.items():
+        # the kernel size shapes the unrolled body; strides, dilations and pads only tap()'s arithmetic
+        if not lim.baked or (lim.shared and key not in ("KH", "KW")):
+            uniforms[key] = value
+        else:
+            defines[key] = value
     src = _source("convtranspose.frag" if transpose else "conv.frag", out, {"X": x}, not one_draw,
                   defines, decls, uniforms)
     flops = 2 * out.n * out.h * out.w * cout * k * (cin // group if not transpose else cin)
