@@ -106,7 +106,9 @@ def _float(v: float) -> str:
 # when b is not a literal (a 1x1 conv ran 30% slower): the float quotient is within one of the
 # exact one, and the remainder corrects it.
 UDIV = """int udiv(int a, int b) {
-    int q = int(float(a) / float(b));
+    highp float fa = float(a);  // highp under FP16_COMPUTE too: a quotient, not data
+    highp float fb = float(b);
+    int q = int(fa / fb);
     int r = a - q * b;
     return q + int(r >= b) - int(r < 0);
 }"""
@@ -159,7 +161,8 @@ def _source(body: str, out: TexLayout, inputs: dict[str, TexLayout], tiled: bool
     for k in uniforms:
         d.pop(k, None)
     parts = [shaders.read("gles3/header.glsl")]
-    parts += [f"uniform {'float' if isinstance(v, float) else 'int'} {k};" for k, v in uniforms.items()]
+    # highp under FP16_COMPUTE too: a scalar operand keeps the value the literal had
+    parts += [f"uniform {'highp float' if isinstance(v, float) else 'int'} {k};" for k, v in uniforms.items()]
     if tiled:
         parts.append("uniform ivec4 u_tile;  // n, g, x0, y0 of the output tile this draw covers")
     parts += [f"layout(location = {p}) out vec4 o_{p};" for p in range(out.planes)]
