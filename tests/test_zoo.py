@@ -29,9 +29,9 @@ COVERAGE_FILE = Path(__file__).parent / "data" / "zoo_coverage.json"
 DEFAULT_MODELS = ("yolov8n_nudenet", "ppocr_v4_det", "ppocr_v6_rec", "mtcnn_onet")
 DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
 # gles3: llvmpipe compiles each distinct fragment program at its first draw (YOLOv8n at 128x128:
-# 103 programs, minutes cold; docs/zoo.md), so its default set is the small MTCNN face detector;
-# the OCR and transformer-style models are -m slow there (PP-OCRv6 rec at 48x64 passed 600 s
-# under load, compiling).
+# 50 programs since they are shared through uniforms, 103 before; its cold first run still took
+# 76 s of CPU time, 954 s of wall time at load 20; docs/zoo.md), so its default set is the small
+# MTCNN face detector; the detectors, OCR and transformer-style models are -m slow there.
 GLES3_DEFAULT_MODELS = ("mtcnn_pnet",)
 
 # (model, path, precision) -> the exact bug; strict, so a fix makes the test fail until the
