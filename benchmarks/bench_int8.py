@@ -6,11 +6,12 @@ the same process (issue 17's speed table).
 
 Per model the runners are onnxruntime float and onnxruntime int8 (CPU, 2 threads), then per path
 gpubackend on the float model (fp32), on the int8 QDQ model (``gpubackend.zoo.quantized``, fp32)
-and on the float model with ``precision="fp16-compute"``. They are timed in rounds: each runner
-gets an untimed settle run and then ``--runs`` timed runs, in turn, so drift on a busy machine
-hits all alike. Prints p50 ms, p50 / onnxruntime float p50, the error (int8 rows: max |diff| from
-onnxruntime int8 in output steps; float rows: max relative error from onnxruntime float), the
-segments and the device weight bytes. Run it on a quiet machine: nothing else running.
+and on the float model with ``precision="fp16"`` (fp16 storage) and ``"fp16-compute"`` (fp16
+storage and, on gles3/gles31, mediump arithmetic: ``gpubackend/paths/fp16_compute.py``). They
+are timed in rounds: each runner gets an untimed settle run and then ``--runs`` timed runs, in
+turn, so drift on a busy machine hits all alike. Prints p50 ms, p50 / onnxruntime float p50, the
+error (int8 rows: max |diff| from onnxruntime int8 in output steps; float rows: max relative error
+from onnxruntime float), the segments and the device weight bytes. Run it on a quiet machine: nothing else running.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def bench_model(name: str, paths: list[str], blocks: int, runs: int, quant_forma
     sessions = []
     for key in paths:
         for kind, file, precision in (("float", float_file, "fp32"), ("int8", int8_file, "fp32"),
-                                      ("fp16-compute", float_file, "fp16-compute")):
+                                      ("fp16", float_file, "fp16"), ("fp16-compute", float_file, "fp16-compute")):
             label = f"{key}/{kind}"
             row = {"model": name, "runner": label}
             try:
