@@ -60,7 +60,7 @@ void main() {
 #endif
     int n = int(gl_WorkGroupID.z);
     int co4_0 = int(gl_WorkGroupID.y) * CB;
-    vec4 acc[BX * CB];
+    ACC4 acc[BX * CB];
     for (int c = 0; c < CB; c++) {
         vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
         for (int i = 0; i < BX; i++) acc[c * BX + i] = b;

@@ -30,7 +30,7 @@ void main() {
     if (oy >= p.oh) return;
     int n = int(gl_WorkGroupID.z);
     int co4_0 = int(gl_WorkGroupID.y) * CB;
-    vec4 acc[CB];
+    ACC4 acc[CB];
     for (int c = 0; c < CB; c++) acc[c] = ACC_INIT(min(co4_0 + c, p.co4 - 1));
     int wstride = p.kh * p.kw * p.ci4 * 4;
     // Only taps with (o + pad - k * dilation) divisible by the stride contribute; with dilation 1

@@ -34,7 +34,7 @@ void main() {
     int tap = int(gl_WorkGroupID.z);
     int ky = tap / p.kw;
     int kx = tap - ky * p.kw;
-    vec4 acc[PX * CB];
+    ACC4 acc[PX * CB];
     for (int c = 0; c < CB; c++) {
         vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
         for (int i = 0; i < PX; i++) acc[c * PX + i] = b;

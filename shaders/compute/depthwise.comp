@@ -35,7 +35,7 @@ void main() {
     if (oy >= p.oh) return;
     int n = int(gl_WorkGroupID.z);
     int c4 = int(gl_WorkGroupID.y);
-    vec4 acc[BX];
+    ACC4 acc[BX];
     vec4 b = ACC_INIT(c4);
     for (int i = 0; i < BX; i++) acc[i] = b;
     int ixb = ox0 * K3S - p.pl;
@@ -66,7 +66,7 @@ void main() {
     if (oy >= p.oh) return;
     int n = int(gl_WorkGroupID.z);
     int c4 = int(gl_WorkGroupID.y);
-    vec4 acc[BX];
+    ACC4 acc[BX];
     vec4 b = ACC_INIT(c4);
     for (int i = 0; i < BX; i++) acc[i] = b;
     for (int ky = 0; ky < p.kh; ky++) {

@@ -52,7 +52,7 @@ void main() {
     if (r0 >= p.rows) return;
 #endif
     int co4_0 = cb * CB;
-    vec4 acc[PX * CB];
+    ACC4 acc[PX * CB];
     for (int c = 0; c < CB; c++) {
         vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
         for (int i = 0; i < PX; i++) acc[c * PX + i] = b;

@@ -19,7 +19,7 @@ void main() {
     if (j4 >= p.n4 || row >= p.m || bi >= p.batch) return;
     int ai = bi * p.a_stride + row * p.k4;
     int bb = bi * p.b_stride + j4;
-    vec4 acc = vec4(0.0);
+    ACC4 acc = vec4(0.0);
     for (int c4 = 0; c4 < p.k4; c4++) {
         vec4 av = LD(a, ai + c4);
         // rows past k meet zero lanes of A; clamp so they read real (finite) data

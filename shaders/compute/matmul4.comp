@@ -26,7 +26,7 @@ void main() {
     int bh = p.b_splat != 0 ? 0 : hi;
     int abase = (ni * p.a_n * p.m + mi) * p.k * ah4 + ah;
     int bbase = (ni * p.b_n * p.k * p.pn + pi) * bh4 + bh;
-    vec4 acc = vec4(0.0);
+    ACC4 acc = vec4(0.0);
     for (int kk = 0; kk < p.k; kk++) {
         vec4 av = LD(a, abase + kk * ah4);
         vec4 bv = LD(b, bbase + kk * p.pn * bh4);

@@ -17,6 +17,12 @@ precision mediump float;
 #else
 precision highp float;
 #endif
+// The running sum of a dot product (conv, gemm, matmul kernels): highp, so under FP16_COMPUTE
+// the products and each short partial sum are fp16 while the long sum stays fp32 (measured:
+// mtcnn_pnet's mean error from onnxruntime 2.7e-4, 3.8e-4 with fp16 sums; docs/int8.md).
+#ifndef ACC4
+#define ACC4 highp vec4
+#endif
 precision highp int;
 
 #ifdef VULKAN

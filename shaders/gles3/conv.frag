@@ -23,7 +23,7 @@ bool tap(int oy, int ox, int ky, int kx, out int iy, out int ix) {
 // once per SIMD batch of fragments instead of once per fragment); otherwise loops call
 // conv_pixel() per tap.
 void compute_slots(int n, int g, int oy, int ox, out vec4 r[R_OUT]) {
-    vec4 acc[R_OUT];
+    ACC4 acc[R_OUT];
     conv_init(g, acc);
 #ifdef CONV_UNROLLED
     conv_all(n, g, oy, ox, acc);

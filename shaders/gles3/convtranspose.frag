@@ -19,7 +19,7 @@ bool tap(int oy, int ox, int ky, int kx, out int iy, out int ix) {
 
 // Uniform control flow and unrolling as in conv.frag.
 void compute_slots(int n, int g, int oy, int ox, out vec4 r[R_OUT]) {
-    vec4 acc[R_OUT];
+    ACC4 acc[R_OUT];
     conv_init(g, acc);
 #ifdef CONV_UNROLLED
     conv_all(n, g, oy, ox, acc);

@@ -9,7 +9,7 @@
 #include "common/elementwise.glsl"
 
 void compute_slots(int n, int g, int oy, int ox, out vec4 r[R_OUT]) {
-    vec4 acc[R_OUT];
+    ACC4 acc[R_OUT];
     ct_bias(acc);
     int ty = oy + PT;
     int tx = ox + PL;

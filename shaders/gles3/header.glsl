@@ -5,5 +5,8 @@ precision mediump float;
 #else
 precision highp float;
 #endif
+#ifndef ACC4
+#define ACC4 highp vec4  // the running sum of a dot product (see shaders/compute/prelude.glsl)
+#endif
 precision highp int;
 precision highp sampler2D;

@@ -232,8 +232,8 @@ def _conv_code(kind: str, x: TexLayout, out: TexLayout, mode: str, nw: int, cig:
     # int8 weights start from zero; conv_dequant() applies scale and bias after the sum
     init = "\n".join(f"    acc[{p}] = " + ("vec4(0.0)" if mode.endswith("_q8") else _wv(mode, p, str(nw - 1))) + ";"
                      for p in range(r))
-    lines = [f"void conv_init(int g, out vec4 acc[R_OUT]) {{\n{init}\n}}",
-             "void conv_pixel(int n, int g, int iy, int ix, int k, bool inside, inout vec4 acc[R_OUT]) {"]
+    lines = [f"void conv_init(int g, out ACC4 acc[R_OUT]) {{\n{init}\n}}",
+             "void conv_pixel(int n, int g, int iy, int ix, int k, bool inside, inout ACC4 acc[R_OUT]) {"]
     if kind == "dense":
         def step(pi: int, gi: str) -> list[str]:
             out_l = [f"        v = mix(vec4(0.0), X_plane({pi}, n, {gi}, iy, ix), bvec4(inside));"]
@@ -284,7 +284,7 @@ def _conv_all(kind: str, x: TexLayout, out: TexLayout, mode: str, kh: int, kw: i
     weight index is a constant."""
     r = out.planes
     lines = ["bool tap(int oy, int ox, int ky, int kx, out int iy, out int ix);",
-             "void conv_all(int n, int g, int oy, int ox, inout vec4 acc[R_OUT]) {",
+             "void conv_all(int n, int g, int oy, int ox, inout ACC4 acc[R_OUT]) {",
              "    int iy, ix;", "    bool inside;", "    vec4 v;"]
     for ky in range(kh):
         for kx in range(kw):
@@ -501,7 +501,7 @@ def conv_transpose_taps(node: Node, graph: Graph, lim: Limits) -> list[Kernel] |
         return f"bias has {b.size} values for {cout} output channels"
     weights = _pack_weights(np.zeros((cout, 0), np.float32), b, out)  # (slices, 1, 4): the bias
     init = " ".join(f"acc[{p}] = W{p}[0];" for p in range(out.planes))
-    decls = _weight_decls("ubo", out.planes, 1) + f"\nvoid ct_bias(out vec4 acc[R_OUT]) {{ {init} }}"
+    decls = _weight_decls("ubo", out.planes, 1) + f"\nvoid ct_bias(out ACC4 acc[R_OUT]) {{ {init} }}"
     consts = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "TH": -(-kh // sh), "TW": -(-kw // sw)}
     defines = activation_defines(None if rec.act is None else rec.act.spec)
     uniforms: dict[str, int | float] = {} if lim.baked else dict(consts)

@@ -75,7 +75,7 @@ def weight_decls_q8(mode: str, r_out: int, nwords: int) -> str:
     fns = [f"vec4 wq{p}(int i) {{ return q8(wword{p}(i >> 2)[i & 3]); }}" for p in range(r_out)]
     deq = "\n".join(f"    acc[{p}] = acc[{p}] * uintBitsToFloat(wword{p}({nq + 1})) + uintBitsToFloat(wword{p}({nq}));"
                     for p in range(r_out))
-    return "\n".join(blocks + [unpack] + word + fns + [f"void conv_dequant(inout vec4 acc[R_OUT]) {{\n{deq}\n}}"])
+    return "\n".join(blocks + [unpack] + word + fns + [f"void conv_dequant(inout ACC4 acc[R_OUT]) {{\n{deq}\n}}"])
 
 
 def _weight_candidate(float_gen):
