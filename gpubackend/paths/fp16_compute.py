@@ -127,15 +127,16 @@ def run_graph(path: str, graph: Any, feeds: dict[str, np.ndarray],
 
 
 def cancelling_sum_graph() -> tuple[Any, dict[str, np.ndarray]]:
-    """A Gemm whose sum 2048 + 1 - 2048 (one term per input vec4, accumulated in order) gives 0
-    when computed in fp16 (2049 rounds to 2048) and 1 in fp32 (exact in fp16 storage)."""
+    """A Gemm whose sum 2048 + 1 - 2048 gives 0 when computed in fp16 (2049 rounds to 2048) and
+    1 in fp32 (exact in fp16 storage). The three terms are lanes of one input vec4, whose
+    products the kernels sum in the kernel's float precision before adding them to the running
+    (highp) sum."""
     from ..graph import Graph, Node
 
-    x = np.zeros((1, 12), np.float32)
-    x[0, [0, 4, 8]] = 2048.0, 1.0, -2048.0
+    x = np.array([[2048.0, 1.0, -2048.0, 0.0]], np.float32)
     gemm = Node("sum", "Gemm", ["x", "w"], ["y"], {})
-    graph = Graph([gemm], ["x"], ["y"], {"w": np.ones((12, 4), np.float32)},
-                  {"x": (1, 12), "w": (12, 4), "y": (1, 4)}, {"x": np.dtype(np.float32), "y": np.dtype(np.float32)})
+    graph = Graph([gemm], ["x"], ["y"], {"w": np.ones((4, 4), np.float32)},
+                  {"x": (1, 4), "w": (4, 4), "y": (1, 4)}, {"x": np.dtype(np.float32), "y": np.dtype(np.float32)})
     return graph, {"x": x}
 
 
