@@ -147,7 +147,7 @@ def job_path(path: str, canaries: list[str]) -> dict[str, Any]:
                     res["disabled_kernels"].append("fp16")
         except Exception as e:  # noqa: BLE001
             res["features"].setdefault("fp16", {})[entry] = f"unsupported: {_exc(e)}"
-    if mode != "fp32":
+    if ran and mode != "fp32":  # like the IEEE check: only where the canaries ran (off means round trips only)
         res["features"]["fp16_compute"] = _fp16_compute(path)
     res["canary_error"] = worst
     res["verified"] = True
