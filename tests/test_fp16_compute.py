@@ -90,11 +90,10 @@ def test_fp16_compute_session_within_2e_2(path: str) -> None:
 # gles31 (llvmpipe, under load): mtcnn_pnet 1.3e-2 (fp16 storage alone 1.3e-3), mtcnn_rnet 4.7e-4,
 # mtcnn_onet 2.8e-4, mobilenetv3_orientation 1.2e-4; selfie 1.2e-1 (fp16 storage alone 2.7e-2).
 FP16_COMPUTE_MODELS = ("mtcnn_pnet", "mtcnn_rnet", "mtcnn_onet", "mobilenetv3_orientation", "selfie_segmentation")
-FP16_COMPUTE_BUGS = {
-    "selfie_segmentation": "fp16 arithmetic in conv and depthwise (either alone: 3.6e-2) puts the person mask "
-                           "at 1.2e-1 max |diff| from onnxruntime (8.9e-2 with fp16 accumulators; mean 2.8e-4 "
-                           "either way); fp16 storage alone is already 2.7e-2",
-}
+# selfie_segmentation misses the bar (a known, unexplained accuracy gap, so its slow cases fail rather
+# than being marked xfail): fp16 arithmetic in conv and depthwise (either alone: 3.6e-2) puts the person
+# mask at 1.2e-1 max |diff| from onnxruntime (8.9e-2 with fp16 accumulators; mean 2.8e-4 either way);
+# fp16 storage alone is already 2.7e-2.
 
 
 def _model_cases() -> list:
@@ -102,8 +101,6 @@ def _model_cases() -> list:
     for name in FP16_COMPUTE_MODELS:
         for path in ("gles31", "gles3"):
             marks = [] if (path == "gles31" and name in ("mtcnn_pnet", "mtcnn_onet")) else [pytest.mark.slow]
-            if name in FP16_COMPUTE_BUGS:
-                marks.append(pytest.mark.xfail(strict=True, reason=FP16_COMPUTE_BUGS[name]))
             cases.append(pytest.param(name, path, id=f"{name}-{path}", marks=marks))
     return cases
 

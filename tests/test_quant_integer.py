@@ -163,6 +163,16 @@ def test_qoperator_ops_run_on_every_path(path: str, engine: str | None) -> None:
     assert steps <= 1.001, f"{steps:.2f} output steps from onnxruntime"
 
 
+
+def _assert_same_integers(sess: gpubackend.Session, x: np.ndarray, want: np.ndarray) -> None:
+    """Runs ``sess`` once on ``x`` (then closes it) and requires onnxruntime's integers exactly."""
+    try:
+        got = sess.run({"x": x})[0]
+    finally:
+        sess.close()
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+
 @pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("gles31", None)])
 def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str | None) -> None:
     """QLinearMatMul (uint8 x int8, one scale per column) -> DQ/MatMul/Q -> the integer form;
@@ -188,12 +198,7 @@ def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str 
     assert [n.op_type for n in graph.nodes] == ["QuantizeLinear", "DequantizeLinear", "MatMul", "Mul",
                                                 "QuantizeLinear"]
     sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
-    try:
-        got = sess.run({"x": x})[0]
-    finally:
-        sess.close()
-    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
-    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+    _assert_same_integers(sess, x, want)
 
 
 @pytest.mark.parametrize("path", ["gles3", "gles31", "vulkan"])
@@ -218,9 +223,4 @@ def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str) ->
     x = (rng.random((1, 16, 12, 12)) * 4).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     sess = gpubackend.Session(model, path=path, fallback=False)
-    try:
-        got = sess.run({"x": x})[0]
-    finally:
-        sess.close()
-    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
-    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+    _assert_same_integers(sess, x, want)
