@@ -131,6 +131,47 @@ def axis_taps(mode: str, nearest_mode: str, ctm: str, in_len: int, out_len: int,
     return np.clip(idx, 0, in_len - 1), w
 
 
+def border_linear_taps(idx: np.ndarray, w: np.ndarray, in_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two-tap linear taps of one axis (clamped indices and weights from ``axis_taps``) in
+    onnxruntime's border form: the coordinate is clamped to the axis before its taps are taken, so
+    the first output weighs 1 and 0 and the last 0.5 and 0.5 on one repeated pixel. The value is
+    the same; a bilinear sum of a quantized model then rounds its ties as onnxruntime does."""
+    pair = idx[:, 0] == idx[:, 1]
+    coord = idx[:, 0] + w[:, 1].astype(np.float64)
+    coord[pair] = idx[pair, 0]
+    coord = np.clip(coord, 0, in_len - 1)
+    first = np.minimum(np.floor(coord).astype(idx.dtype), in_len - 1)
+    second = np.minimum(first + 1, in_len - 1)
+    near = (coord - first).astype(np.float32)
+    far = np.abs(coord - second).astype(np.float32)
+    same = first == second
+    near[same], far[same] = 0.5, 0.5
+    return np.stack([first, second], axis=1), np.stack([far, near], axis=1).astype(w.dtype)
+
+
+def _bilinear_2d(x: np.ndarray, axes: tuple[int, int], taps: tuple[tuple[np.ndarray, np.ndarray], ...],
+                 dt: np.dtype) -> np.ndarray:
+    """Linear resize of two axes at once as onnxruntime's bilinear kernel computes it: per output,
+    the four products ``(wx * wy) * x`` summed in its order (not one axis after the other, which
+    rounds the .5 ties of a quantized model's 2x upsample differently)."""
+    (ay, ax), ((iy, wy), (ix, wx)) = axes, taps
+    rows = [np.take(x, iy[:, t], axis=ay) for t in range(2)]
+    shape_y, shape_x = [1] * x.ndim, [1] * x.ndim
+    shape_y[ay] = shape_x[ax] = -1
+    wy = [wy[:, t].astype(dt).reshape(shape_y) for t in range(2)]
+    wx = [wx[:, t].astype(dt).reshape(shape_x) for t in range(2)]
+    y = None
+    for ty in range(2):
+        for tx in range(2):
+            term = np.take(rows[ty], ix[:, tx], axis=ax)
+            term *= wx[tx] * wy[ty]
+            if y is None:
+                y = term
+            else:
+                y += term
+    return y
+
+
 def _interp_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None, dt: np.dtype,
                  per=False) -> np.ndarray:
     in_len = x.shape[axis]
@@ -315,7 +356,22 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
     last = r - 1
     downs = sorted((a for a in axes if out[a] <= x.shape[a]), key=lambda a: a == last)
     ups = sorted((a for a in axes if out[a] > x.shape[a]), key=lambda a: a != last)
-    for a in downs + ups:
+    moving = [a for a in axes if not (math.isclose(sc[a], 1.0) and out[a] == x.shape[a])]
+    passes = downs + ups
+    if (mode == "linear" and not antialias and not exclude_outside and ctm != "tf_crop_and_resize"
+            and len(moving) == 2 and all(out[a] and x.shape[a] for a in moving)):
+        # two axes resized together, as onnxruntime's bilinear kernel does
+        ay, ax = moving
+        taps = []
+        for a in (ay, ax):
+            _, idx, w, _ = _axis_plan(mode, nearest_mode, ctm, x.shape[a], out[a], sc[a], None, cubic_a,
+                                      exclude_outside, antialias)
+            idx = np.clip(idx, 0, x.shape[a] - 1)
+            taps.append(border_linear_taps(idx, w, x.shape[a]) if w.shape[1] == 2 else None)
+        if all(t is not None for t in taps):
+            work = _bilinear_2d(work, (ay, ax), tuple(taps), work.dtype)
+            passes = []
+    for a in passes:
         roi_a = full_roi[a] if full_roi is not None else None
         if (math.isclose(sc[a], 1.0) and out[a] == work.shape[a]
                 and (roi_a is None or (math.isclose(roi_a[0], 0.0) and math.isclose(roi_a[1], 1.0)))):

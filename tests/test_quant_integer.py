@@ -201,12 +201,12 @@ def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str 
     _assert_same_integers(sess, x, want)
 
 
-@pytest.mark.parametrize("path", ["gles3", "gles31", "vulkan"])
-def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str) -> None:
-    """DequantizeLinear -> Resize (linear, half_pixel, 2x) -> QuantizeLinear: the GPU paths sum
-    the four products in onnxruntime's order with its border weights (compute: ops
-    ResizeRecord.taps; gles3: in the shader), so the exact .5 ties of a 2x upsample round as
-    onnxruntime rounds them (selfie's decoder)."""
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("gles3", None), ("gles31", None), ("vulkan", None)])
+def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str, engine: str | None) -> None:
+    """DequantizeLinear -> Resize (linear, half_pixel, 2x) -> QuantizeLinear: every path sums
+    the four products in onnxruntime's order with its border weights (numpy: fallback/resize.py
+    ``border_linear_taps``; compute: ops ResizeRecord.taps; gles3: in the shader), so the exact
+    .5 ties of a 2x upsample round as onnxruntime rounds them (selfie's decoder)."""
     ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(17)
     inits = {"s": np.float32(0.01633942), "z": np.uint8(0), "sizes": np.array([1, 16, 24, 24], np.int64)}
@@ -222,5 +222,5 @@ def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str) ->
     model.ir_version = 9
     x = (rng.random((1, 16, 12, 12)) * 4).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    sess = gpubackend.Session(model, path=path, fallback=False)
+    sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
     _assert_same_integers(sess, x, want)

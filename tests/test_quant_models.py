@@ -26,7 +26,7 @@ from gpubackend.zoo.quantized import quantized_path
 # convs (HardSigmoid, Resize; and QLinearAdd/Mul/Sigmoid/GlobalAveragePool, which onnxruntime
 # computes its own way) land one step away on ties, and the net amplifies that to 128 steps near
 # the mask edge (measured on gles31/vulkan/numpy: 1.15% QDQ, 2.42% QOperator). The GPU paths'
-# bilinear Resize now rounds as onnxruntime's (QDQ selfie: 0 steps on gles3, gles31, vulkan).
+# bilinear Resize now rounds as onnxruntime's (QDQ selfie: 0 steps on gles3, gles31, vulkan, numpy).
 MODELS = {"mtcnn_onet": 0.0, "mtcnn_rnet": 0.0, "ppocr_cls": 0.0, "mobilenetv3_orientation": 0.25,
           "selfie_segmentation": 0.03}
 EXACT_ON_GPU = {("selfie_segmentation", "QDQ")}

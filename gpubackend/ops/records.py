@@ -23,7 +23,7 @@ import numpy as np
 
 from gpubackend.fallback._registry import FallbackError
 from gpubackend.fallback._spatial import AUTO_PADS, geometry, transpose_geometry
-from gpubackend.fallback.resize import axis_taps
+from gpubackend.fallback.resize import axis_taps, border_linear_taps
 
 from ..errors import ModelError
 from ..graph import Graph, Node, Shape
@@ -339,19 +339,7 @@ class ResizeRecord:
                            self.scales[axis], None, self.cubic_coeff_a, self.exclude_outside, self.antialias)
         if self.mode == "linear" and not self.antialias and w is not None and w.shape[1] == 2 \
                 and self.coordinate_mode != "tf_crop_and_resize":
-            # the coordinate, clamped to the axis (axis_taps clamps the indices, not the coordinate)
-            pair = idx[:, 0] == idx[:, 1]
-            coord = idx[:, 0] + w[:, 1].astype(np.float64)
-            coord[pair] = idx[pair, 0]
-            coord = np.clip(coord, 0, in_len - 1)
-            first = np.minimum(np.floor(coord).astype(idx.dtype), in_len - 1)
-            second = np.minimum(first + 1, in_len - 1)
-            near = (coord - first).astype(np.float32)
-            far = np.abs(coord - second).astype(np.float32)
-            same = first == second
-            near[same], far[same] = 0.5, 0.5
-            idx = np.stack([first, second], axis=1)
-            w = np.stack([far, near], axis=1).astype(w.dtype)
+            idx, w = border_linear_taps(idx, w, in_len)
         return idx, w
 
 
