@@ -27,11 +27,12 @@ import numpy as np
 from . import conv, elementwise, linalg, norm, pool, quant, resize, tensor  # noqa: F401  (registers kernels)
 from ._registry import DOMAIN_KERNELS, KERNELS, NODE_KERNELS, RUN_TIME, FallbackError
 from ._runtime import BufferPool, binary, blas_threads, get_blas_threads, kernel_threads, tune_malloc
-from .elementwise import apply_activation
+from .conv import conv_node_kernel
+from .elementwise import apply_activation, silu, silu_kernel
 
 __all__ = ["KERNELS", "KERNEL_ERRORS", "RUN_TIME", "BufferPool", "FallbackError", "apply_activation", "binary",
-           "blas_threads", "get_blas_threads", "kernel_for", "kernel_threads", "node_kernel", "run_node",
-           "supported_ops", "tune_malloc"]
+           "blas_threads", "get_blas_threads", "kernel_for", "kernel_threads", "node_kernel",
+           "node_kernel_then_silu", "run_node", "silu_kernel", "supported_ops", "tune_malloc"]
 
 KERNELS: dict[str, Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]]]
 
@@ -73,6 +74,16 @@ def node_kernel(op_type: str, domain: str, inputs: list, attrs: dict[str, Any]
         if kernel is not None:
             return kernel
     return kernel_for(op_type, domain)
+
+
+def node_kernel_then_silu(op_type: str, domain: str, inputs: list, attrs: dict[str, Any]
+                          ) -> Callable[[list[np.ndarray | None], dict[str, Any], int], list[np.ndarray]] | None:
+    """A :func:`node_kernel` whose first output y comes out as ``y * sigmoid(y)`` (the Sigmoid and Mul
+    that follow it, fused into its epilogue while each block of y is in cache), or None when the
+    op cannot take it (only a Conv with constant weights can)."""
+    if domain in ("", "ai.onnx") and op_type == "Conv":
+        return conv_node_kernel(inputs, attrs, tail=silu)
+    return None
 
 
 def run_node(op_type: str, inputs: list[np.ndarray | None], attrs: dict[str, Any],

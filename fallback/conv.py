@@ -31,7 +31,7 @@ from numpy.lib.stride_tricks import as_strided
 from ._registry import NODE_KERNELS, RUN_TIME, Kernel, fail, half_via_float32, iattr, need, opt, register
 from ._runtime import current_threads, empty, matmul, parallel, zeros
 from ._spatial import drop_columns, geometry, pad_spatial, phase_plan, phase_planes, tap_slices, transpose_geometry
-from .elementwise import Activation, activation_function, apply_activation
+from .elementwise import Activation, activation_function, apply_activation, then
 
 ConvRun = Callable[[np.ndarray], np.ndarray]
 
@@ -371,10 +371,11 @@ def _im2col_plan(w: np.ndarray, group: int, pb: list[int], pe: list[int], out: l
 
 
 def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.ndarray | None,
-              attrs: dict) -> ConvRun:
+              attrs: dict, tail: Activation | None = None) -> ConvRun:
     """A Conv of an input of shape ``x_shape`` and float ``dtype`` with weights ``w`` and bias ``b``
     (or None), resolved once: attributes checked, geometry, algorithm, weight layouts, bias and
-    fused activation. Returns ``run(x) -> y``. ``k_conv`` makes one per call; the CPU path's
+    fused activation (then ``tail``, an element-wise function of the node's output that a caller fused
+    into it, e.g. ``elementwise.silu``). Returns ``run(x) -> y``. ``k_conv`` makes one per call; the CPU path's
     compiled plan keeps one per input shape, so a run pays only for the arithmetic."""
     op = "Conv"
     dtype = np.dtype(dtype)
@@ -409,6 +410,8 @@ def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.nd
     out_shape = (n, m, *g.out)
     bias = _bias(op, b, m, len(out_shape), dtype)
     act = activation_function(attrs.get("_act"))
+    if tail is not None:
+        act = then(act, tail)
     return lambda x: _epilogue(body(x).reshape(out_shape), bias, act)
 
 
@@ -478,11 +481,11 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
 
 
 
-def conv_node_kernel(inputs: list, attrs: dict) -> Kernel | None:
+def conv_node_kernel(inputs: list, attrs: dict, tail: Activation | None = None) -> Kernel | None:
     """For a Conv node whose weight (and bias, if any) are constants (``inputs``: constant arrays, None
     for an absent input, ``RUN_TIME`` for the input tensor), a kernel that keeps one
     :func:`conv_plan` per input shape, dtype and kernel-thread count; None when the node does not
-    qualify (its weights are computed at run time)."""
+    qualify (its weights are computed at run time). ``tail``: see :func:`conv_plan`."""
     if len(inputs) < 2 or inputs[0] is not RUN_TIME or not isinstance(inputs[1], np.ndarray) or any(
             v is RUN_TIME for v in inputs[2:3]):
         return None
@@ -492,11 +495,12 @@ def conv_node_kernel(inputs: list, attrs: dict) -> Kernel | None:
     def run(args: list, attrs: dict, opset: int) -> list:
         x = args[0]
         if type(x) is not np.ndarray or x.dtype not in _PLANNED_DTYPES:
-            return k_conv(args, attrs, opset)
+            y = k_conv(args, attrs, opset)[0]
+            return [y if tail is None else apply_activation(y, tail)]
         key = (x.shape, x.dtype, current_threads())
         plan = plans.get(key)
         if plan is None:
-            plan = plans[key] = conv_plan(x.shape, x.dtype, w, b, attrs)
+            plan = plans[key] = conv_plan(x.shape, x.dtype, w, b, attrs, tail)
         return [plan(x)]
 
     return run

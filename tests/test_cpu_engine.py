@@ -234,3 +234,36 @@ def test_numpy_plan_writes_in_place_only_into_buffers_nobody_else_reads() -> Non
         for g, w_ in zip(got, want):
             np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(x, x0)
+
+
+def test_numpy_plan_fuses_sigmoid_mul_into_one_step() -> None:
+    """x * Sigmoid(x) runs as one step: in the epilogue of the Conv that makes x when nothing else
+    reads x, else on its own; a Sigmoid whose output is also read elsewhere is not fused. NaN and
+    +-inf come out as the two ops give them."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((3, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c1"], ["s1"]), helper.make_node("Mul", ["c1", "s1"], ["m1"]),
+             helper.make_node("Conv", ["m1", "w"], ["c2"], pads=[1, 1, 1, 1]),  # c2 is a graph output too
+             helper.make_node("Sigmoid", ["c2"], ["s2"]), helper.make_node("Mul", ["s2", "c2"], ["m2"]),
+             helper.make_node("Add", ["m2", "x"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["s3"]), helper.make_node("Mul", ["a", "s3"], ["m3"]),
+             helper.make_node("Sigmoid", ["m3"], ["s4"]),  # s4 is a graph output: not fused
+             helper.make_node("Mul", ["m3", "s4"], ["y"])]
+    shape = [1, 3, 5, 5]
+    graph = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("y", "c2", "s4")],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = (rng.standard_normal(shape) * 30).astype(np.float32)
+    x[0, 0, 0, :4] = [np.nan, np.inf, -np.inf, -100.0]
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):
+        got = sess.run({"x": x})
+        for g, w_ in zip(got, want):
+            np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)
+    (segment,) = sess._current.segments
+    assert [step.node.op_type for step in segment._plan] == ["Conv", "Conv", "Sigmoid", "Add", "Sigmoid",
+                                                               "Sigmoid", "Mul"]

@@ -64,12 +64,32 @@ def resolve_engine(engine: str) -> str:
 
 
 class _Step(NamedTuple):
-    """One node of a compiled NumPy plan."""
+    """One node of a compiled NumPy plan (with the nodes fused into it, see ``_silu_fusions``)."""
 
     node: Node
     kernel: Any
     args: tuple[tuple[str | None, Any], ...]  # per input: (tensor name, None) or (None, constant or None)
+    outputs: tuple[str, ...]  # the node's outputs, or the fused nodes' last output in place of its first
     release: tuple[str, ...]  # intermediates read for the last time here
+
+
+def _silu_fusions(nodes: list[Node], opset: int, readers: dict[str, int], keep: set[str]) -> dict[int, int]:
+    """SiLU written as two nodes, s = Sigmoid(y) then z = Mul(y, s) (YOLOv8's Conv blocks), where s is
+    read by nothing else: {index of the Sigmoid: index of the Mul}."""
+    standard = ("", "ai.onnx")
+    by_input: dict[frozenset[str], int] = {}
+    for idx, node in enumerate(nodes):
+        if node.op_type == "Mul" and node.domain in standard and opset >= 7 and len(node.inputs) == 2:
+            by_input.setdefault(frozenset(node.inputs), idx)
+    pairs = {}
+    for idx, node in enumerate(nodes):
+        if node.op_type != "Sigmoid" or node.domain not in standard or len(node.inputs) != 1:
+            continue
+        (y,), s = node.inputs, node.outputs[0]
+        mul = by_input.get(frozenset((y, s)))
+        if mul is not None and y != s and mul > idx and readers.get(s) == 1 and s not in keep:
+            pairs[idx] = mul
+    return pairs
 
 
 # Binary ops the plan may run in place, writing into an operand whose buffer nobody else holds.
@@ -102,7 +122,9 @@ class NumpySegment(Segment):
     error state, BLAS thread and kernel thread scope around the whole run instead of one per node.
     Large kernel buffers come from a ``fallback.BufferPool`` kept from run to run (no page faults
     for fresh memory on every run; a buffer is reused only once nothing refers to it). A float
-    Add/Sub/Mul/Div whose operand is a fresh intermediate read by nothing else runs in place."""
+    Add/Sub/Mul/Div whose operand is a fresh intermediate read by nothing else runs in place. A Sigmoid
+    and the Mul of its input by its output (SiLU) run as one kernel, fused into the epilogue of the
+    Conv that produces their input when nothing else reads the Conv's output."""
 
     engine = "numpy"
 
@@ -114,20 +136,47 @@ class NumpySegment(Segment):
         self._opset = graph.opset
         self._pools: list[fallback.BufferPool] = []  # idle ones; a run takes one (runs may overlap)
         self._pools_lock = threading.Lock()
-        last_use: dict[str, int] = {}
-        for idx, node in enumerate(nodes):
-            for name in node.inputs:
-                last_use[name] = idx
         keep = set(outputs) | set(inputs) | set(graph.outputs)
         producers = {o: n.op_type for n in nodes for o in n.outputs if o}
         readers = {name: len(users) for name, users in graph.consumers().items()}
+        index_of = {o: idx for idx, n in enumerate(nodes) for o in n.outputs if o}
+        # (node, kernel, outputs) per step, in node order; fused nodes have none
+        steps: dict[int, tuple[Node, Any, tuple[str, ...]]] = {}
+        for idx, node in enumerate(nodes):
+            steps.setdefault(idx, (node, None, tuple(node.outputs)))
+        for sig, mul in _silu_fusions(nodes, self._opset, readers, keep).items():
+            y, z = nodes[sig].inputs[0], nodes[mul].outputs[0]
+            del steps[mul]
+            conv = index_of.get(y)
+            fused = None
+            if conv is not None and readers.get(y) == 2 and y not in keep and steps[conv][1] is None \
+                    and len(nodes[conv].outputs) == 1:
+                fused = fallback.node_kernel_then_silu(nodes[conv].op_type, nodes[conv].domain,
+                                                       self._constant_args(nodes[conv], graph), nodes[conv].attrs)
+            if fused is not None:
+                del steps[sig]
+                steps[conv] = (nodes[conv], fused, (z,))
+            else:
+                steps[sig] = (nodes[sig], fallback.silu_kernel, (z,))
+        order = sorted(steps)
+        last_use: dict[str, int] = {}
+        for idx in order:
+            for name in steps[idx][0].inputs:
+                last_use[name] = idx
         self._plan = [
-            _Step(node, self._kernel(node, graph, producers, readers, keep),
+            _Step(node, kernel or self._kernel(node, graph, producers, readers, keep),
                   tuple((None, None) if not n else (None, graph.constants[n]) if n in graph.constants else (n, None)
                         for n in node.inputs),
+                  outs,
                   tuple(dict.fromkeys(n for n in node.inputs if n and last_use.get(n) == idx and n not in keep
                                       and n not in graph.constants)))
-            for idx, node in enumerate(nodes)]
+            for idx in order for node, kernel, outs in [steps[idx]]]
+
+    @staticmethod
+    def _constant_args(node: Node, graph: Graph) -> list:
+        """The node's inputs as ``fallback.node_kernel`` takes them: constants, None or ``RUN_TIME``."""
+        return [None if not n else graph.constants[n] if n in graph.constants else fallback.RUN_TIME
+                for n in node.inputs]
 
     @staticmethod
     def _kernel(node: Node, graph: Graph, producers: dict[str, str], readers: dict[str, int], keep: set[str]) -> Any:
@@ -136,9 +185,7 @@ class NumpySegment(Segment):
         fresh-output op (nodes are in topological order, so before this one), not a segment or graph
         output, and read by no other node of the graph."""
         opset = graph.opset
-        kernel = fallback.node_kernel(node.op_type, node.domain, [
-            None if not n else graph.constants[n] if n in graph.constants else fallback.RUN_TIME
-            for n in node.inputs], node.attrs)
+        kernel = fallback.node_kernel(node.op_type, node.domain, NumpySegment._constant_args(node, graph), node.attrs)
         ufunc = _IN_PLACE_UFUNCS.get(node.op_type)
         if (ufunc is None or node.domain not in ("", "ai.onnx") or opset < 7 or len(node.inputs) != 2
                 or node.inputs[0] == node.inputs[1]):
@@ -162,7 +209,7 @@ class NumpySegment(Segment):
         profile = stats.profile
         with (fallback.blas_threads(self._blas_threads), fallback.kernel_threads(self._threads),
               pool.active(), np.errstate(all="ignore")):
-            for node, kernel, args, release in self._plan:
+            for node, kernel, args, outs, release in self._plan:
                 t0 = time.perf_counter() if profile else 0.0
                 try:
                     results = kernel([env[n] if n else c for n, c in args], node.attrs, opset)
@@ -171,7 +218,7 @@ class NumpySegment(Segment):
                                     node.name, node.op_type) from exc
                 if profile:
                     stats.node_seconds[node.name] = time.perf_counter() - t0
-                for name, value in zip(node.outputs, results):
+                for name, value in zip(outs, results):
                     if name:
                         env[name] = value if type(value) is np.ndarray else np.asarray(value)
                 for name in release:
