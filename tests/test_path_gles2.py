@@ -624,6 +624,37 @@ def test_conv_and_conv_transpose_with_weights_computed_at_run_time():
     run_node("Conv", {"x": rnd(1, 4, 6, 6), "w": rnd(5, 4, 1, 1)}, precision="fp16")
 
 
+
+_TAP_CASES = {
+    "2x2-s2": ((1, 5, 4, 6), (5, 3, 2, 2), {}),
+    "3x3-s3-pads-outpad": ((2, 4, 3, 4), (4, 2, 3, 3), {"pads": [1, 0, 2, 1], "output_padding": [1, 2]}),
+    "2x3-grouped": ((1, 6, 3, 3), (6, 2, 2, 3), {"group": 3}),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("case", list(_TAP_CASES))
+def test_conv_transpose_with_stride_equal_to_kernel_reads_one_tap(case, precision):
+    """ConvTranspose whose taps tile the output (strides == kernel_shape): one tap per output
+    pixel (``convtranspose_tap``), against fallback with constant and run-time weights; NaN
+    and Inf land where the reference puts them."""
+    xs, ws, attrs = _TAP_CASES[case]
+    attrs = {**attrs, "kernel_shape": list(ws[2:]), "strides": list(ws[2:])}
+    cout = ws[1] * attrs.get("group", 1)
+    run_node("ConvTranspose", {"x": rnd(*xs)}, {"w": rnd(*ws), "b": rnd(cout)}, attrs=attrs, precision=precision,
+             kernel="convtranspose_tap")
+    run_node("ConvTranspose", {"x": rnd(*xs), "w": rnd(*ws)}, attrs=attrs, precision=precision,
+             kernel="convtranspose_tap")
+    x = rnd(*xs)
+    x.reshape(-1)[[1, 7]] = [np.inf, np.nan]
+    consts = {"w": rnd(*ws)}
+    want = reference("ConvTranspose", [x, consts["w"]], dict(attrs), 17)
+    got, _, k = single("ConvTranspose", {"x": x}, consts, attrs, out_shape=tuple(want.shape))
+    assert k.name == "convtranspose_tap"
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    assert rel_err(got[finite], want[finite]) < 1e-5
+
 # ---- Conv weights in uniforms, one draw per output channel ------------------------------------
 
 _CHANNEL_CASES = {
@@ -662,16 +693,24 @@ def test_conv_with_channel_draws_matches_fallback(case, precision):
 
 
 def test_channel_draws_only_where_they_pay_and_fit():
-    """Default: per-channel draws from CHANNEL_DRAW_MIN_PIXELS output pixels on; never past the
-    uniform vectors the driver has, nor when switched off (None)."""
+    """Default: per-channel draws from CHANNEL_DRAW_MIN_PIXELS output pixels on, or below that
+    from CHANNEL_DRAW_MIN_MACS multiply-adds per draw where each group has several input
+    channels (not depthwise); never past the uniform vectors the driver has, nor when switched
+    off (None)."""
     from gpubackend.paths import gles2
-    from gpubackend.paths.gles2.kernels import CHANNEL_DRAW_MIN_PIXELS, Config, channel_weights
+    from gpubackend.paths.gles2.kernels import CHANNEL_DRAW_MIN_MACS, CHANNEL_DRAW_MIN_PIXELS, Config, channel_weights
 
     w = rnd(8, 16, 3, 3)
     side = int(np.ceil(np.sqrt(CHANNEL_DRAW_MIN_PIXELS)))
     cfg = Config("fp32", 4096, 16, 1024)
     assert channel_weights(w, None, cfg, (1, 8, side, side)) is not None
-    assert channel_weights(w, None, cfg, (1, 8, side // 2, side // 2)) is None
+    small = side // 2
+    assert small * small * 9 * 16 >= CHANNEL_DRAW_MIN_MACS  # fewer pixels, but enough work per draw
+    assert channel_weights(w, None, cfg, (1, 8, small, small)) is not None
+    assert channel_weights(w, None, cfg, (1, 8, 2, 2)) is None  # 576 per draw
+    depthwise = rnd(8, 1, 3, 3)
+    assert channel_weights(depthwise, None, cfg, (1, 8, side, side)) is not None
+    assert channel_weights(depthwise, None, cfg, (1, 8, small, small)) is None
     assert channel_weights(w, None, Config("fp32", 4096, 16, 1024, None), (1, 8, side, side)) is None
     assert channel_weights(w, None, Config("fp32", 4096, 16, 9 * 16 + 8), (1, 8, side, side)) is None
     assert channel_weights(w, None, Config("fp32", 4096, 16, 9 * 16 + 9), (1, 8, side, side)) is not None

@@ -26,6 +26,11 @@ from ..kernel_contract import generate as _generate
 from .layout import Layout, LayoutError, dims4
 
 CHANNEL_DRAW_MIN_PIXELS = 1024
+# ... or, with more than one input channel per group, this many multiply-adds per draw (pixels x
+# taps x Cin/group): the looped weight-texture read is what the uniforms save. Under load, 1x1
+# 128->128 at 16x16 ran 1.4x faster, 32->32 at 16x16 2.2x, 320->320 at 7x7 1.2x; a depthwise 3x3
+# at 16x16 (no loop, 2304 per draw) ran 1.7x slower and at 32x32 no faster.
+CHANNEL_DRAW_MIN_MACS = 8192
 UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration
 
 
@@ -44,6 +49,7 @@ class Config:
     # 56x56 ran 1.6x faster with channel draws, a depthwise 3x3 at 20x20 4x slower (each draw
     # and uniform upload costs about as much as a few thousand multiply-adds).
     channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS
+    channel_draw_min_macs: int = CHANNEL_DRAW_MIN_MACS
 
     @property
     def pack(self) -> int:
@@ -356,7 +362,9 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
 def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_shape: tuple[int, ...]
                     ) -> np.ndarray | None:
     """The per-output-channel uniform arrays of a Conv with constant weights ``w`` (Cout, Cin/g,
-    KH, KW), or None where the texture-weights kernel runs instead: one draw per channel needs
+    KH, KW), or None where the texture-weights kernel runs instead (an output channel smaller than
+    ``channel_draw_min_pixels``, unless it has several input channels per group and
+    ``channel_draw_min_macs``): one draw per channel needs
     each channel's rows to be one band of the output texture (k == 1) and its weights to fit
     GL_MAX_FRAGMENT_UNIFORM_VECTORS (a float array element takes a vector; a few are left to the
     driver). Element t*Cin/g + ci is input channel ci of tap t; the last one is the bias. Weights
@@ -365,7 +373,10 @@ def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_sha
     taps = int(np.prod(w.shape[2:]))
     count = taps * cing + 1
     least = cfg.channel_draw_min_pixels
-    if least is None or count > cfg.max_uniform_vectors - 8 or int(np.prod(out_shape[2:])) < least:
+    pixels = int(np.prod(out_shape[2:]))
+    if least is None or count > cfg.max_uniform_vectors - 8:
+        return None
+    if pixels < least and (cing == 1 or pixels * (count - 1) < cfg.channel_draw_min_macs):
         return None
     try:
         if Layout.of(out_shape, cfg.pack, cfg.max_size).k != 1:
@@ -405,12 +416,13 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     s, dl, pads = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     taps = KH * KW
     grp = "0.0" if group == 1 else f"g2_idiv(c, {lit(coutg)})"
+    # kh, kw: GLSL float expressions (literals, or the tap a fragment computed)
     if dynamic:  # W (Cin, Cout/group, KH, KW) read from its own texture
         lw = g.load(wname)
         bias_expr = f"{g.load(b)}(0.0, 0.0, 0.0, c)" if b else "0.0"
 
-        def wexpr(kh: int, kw: int) -> str:
-            return f"{lw}(cb + ci, c - {grp} * {lit(coutg)}, {lit(kh)}, {lit(kw)})"
+        def wexpr(kh: str, kw: str) -> str:
+            return f"{lw}(cb + ci, c - {grp} * {lit(coutg)}, {kh}, {kw})"
     else:
         bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
         wb = np.zeros((1, cout, taps, cing + 1), np.float32)
@@ -422,12 +434,27 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
         lw = g.const(node.name + "/gles2_wb", wb)
         bias_expr = f"{lw}(0.0, c, 0.0, {lit(cing)})"
 
-        def wexpr(kh: int, kw: int) -> str:
-            return f"{lw}(0.0, c, {lit(kh * KW + kw)}, ci)"
+        def wexpr(kh: str, kw: str) -> str:
+            return f"{lw}(0.0, c, {kh} * {lit(KW)} + {kw}, ci)"
     ld_x = g.load(x)
     lines = ["float compute(float n, float c, float h, float w) {",
              f"    float cb = {grp} * {lit(cing)};",
              f"    float acc = {bias_expr};"]
+
+    def mac(ih: str, iw: str, kh: str, kw: str) -> str:
+        return (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
+                f"acc += {ld_x}(n, cb + ci, {ih}, {iw}) * {wexpr(kh, kw)}; }}")
+
+    if s == [KH, KW] and dl == [1, 1]:
+        # Taps that tile the output without overlap (2x2 stride 2, the usual upsampling): each
+        # output pixel takes exactly one tap, h + pad = ih * KH + kh, so only that one is read
+        # (the gather form below evaluates all KH x KW and keeps one).
+        for v, ax in (("h", 0), ("w", 1)):
+            lines.append(f"    float t{v} = {v} + {lit(pads[ax])};")
+            lines.append(f"    float i{v} = g2_idiv(t{v}, {lit(s[ax])}); float k{v} = t{v} - i{v} * {lit(s[ax])};")
+        lines.append(f"    if (ih < {lit(xs[2])} && iw < {lit(xs[3])}) {{ {mac('ih', 'iw', 'kh', 'kw')} }}")
+        lines += ["    return activate(acc);", "}"]
+        return g.finish("convtranspose_tap", "\n".join(lines), ys, loops=cing + 1)
 
     def axis(v: str, coord: str, kk: int, ax: int, size: int) -> None:
         lines.append(f"    float t{v}{kk} = {coord} + {lit(pads[ax] - kk * dl[ax])};")
@@ -445,8 +472,7 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
         axis("w", "w", kw, 1, xs[3])
     for kh in range(KH):
         for kw in range(KW):
-            lines.append(f"    if (okh{kh} && okw{kw}) {{ for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
-                         f"acc += {ld_x}(n, cb + ci, ih{kh}, iw{kw}) * {wexpr(kh, kw)}; }} }}")
+            lines.append(f"    if (okh{kh} && okw{kw}) {{ {mac(f'ih{kh}', f'iw{kw}', lit(kh), lit(kw))} }}")
     lines += ["    return activate(acc);", "}"]
     return g.finish("convtranspose", "\n".join(lines), ys, loops=taps * (cing + 1))
 
