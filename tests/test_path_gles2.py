@@ -637,7 +637,7 @@ _TAP_CASES = {
 def test_conv_transpose_with_stride_equal_to_kernel_reads_one_tap(case, precision):
     """ConvTranspose whose taps tile the output (strides == kernel_shape): one tap per output
     pixel (``convtranspose_tap``), against fallback with constant and run-time weights; NaN
-    and Inf land where the reference puts them."""
+    and Inf land where the reference puts them, as in the gather form (the tap form disabled)."""
     xs, ws, attrs = _TAP_CASES[case]
     attrs = {**attrs, "kernel_shape": list(ws[2:]), "strides": list(ws[2:])}
     cout = ws[1] * attrs.get("group", 1)
@@ -654,6 +654,13 @@ def test_conv_transpose_with_stride_equal_to_kernel_reads_one_tap(case, precisio
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = np.isfinite(want)
     assert rel_err(got[finite], want[finite]) < 1e-5
+    from gpubackend.paths import gles2
+
+    gather = gles2.create(disabled_kernels=frozenset({"convtranspose_tap"}))
+    again, _, k = single("ConvTranspose", {"x": x}, consts, attrs, out_shape=tuple(want.shape), path=gather)
+    assert k.name == "convtranspose"
+    np.testing.assert_array_equal(np.isnan(again), np.isnan(want))
+    assert rel_err(again[finite], got[finite]) < 1e-6
 
 # ---- Conv weights in uniforms, one draw per output channel ------------------------------------
 

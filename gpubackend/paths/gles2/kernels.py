@@ -9,6 +9,7 @@ registered in :data:`REGISTRY` and run by the shared contract (``paths/kernel_co
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -398,7 +399,11 @@ def _channel_loop(cing: int, first: int, load: Callable[[str], str]) -> str:
             f"acc += {load('ci')} * u_w[{first} + i]; }}")
 
 
-def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
+def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = False) -> Kernel:
+    """The gather form: every output pixel tries all KH x KW taps and keeps those that land on
+    an input pixel. ``one_tap``: only for taps that tile the output without overlap (strides ==
+    kernel_shape, dilation 1: 2x2 stride 2, the usual upsampling), where each output pixel takes
+    exactly one tap, h + pad = ih * KH + kh, and reads only that one."""
     g = _Gen(node, graph, cfg)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -414,6 +419,8 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     cin, coutg, KH, KW = W.shape
     cout, cing = coutg * group, cin // group
     s, dl, pads = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
+    if one_tap and (s != [KH, KW] or dl != [1, 1]):
+        raise Decline(f"taps overlap (strides {s}, kernel {[KH, KW]}, dilations {dl}): the gather form runs")
     taps = KH * KW
     grp = "0.0" if group == 1 else f"g2_idiv(c, {lit(coutg)})"
     # kh, kw: GLSL float expressions (literals, or the tap a fragment computed)
@@ -445,10 +452,7 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
         return (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
                 f"acc += {ld_x}(n, cb + ci, {ih}, {iw}) * {wexpr(kh, kw)}; }}")
 
-    if s == [KH, KW] and dl == [1, 1]:
-        # Taps that tile the output without overlap (2x2 stride 2, the usual upsampling): each
-        # output pixel takes exactly one tap, h + pad = ih * KH + kh, so only that one is read
-        # (the gather form below evaluates all KH x KW and keeps one).
+    if one_tap:
         for v, ax in (("h", 0), ("w", 1)):
             lines.append(f"    float t{v} = {v} + {lit(pads[ax])};")
             lines.append(f"    float i{v} = g2_idiv(t{v}, {lit(s[ax])}); float k{v} = t{v} - i{v} * {lit(s[ax])};")
@@ -901,7 +905,9 @@ _REDUCE_OPS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"
 # Candidates per op type: (kernel name, generator(node, graph, cfg)); a generator serving several
 # kernels (conv: conv1x1 / depthwise / conv) names the one it made in its Kernel.
 REGISTRY = KernelRegistry("gles2", {
-    "Conv": [("conv", gen_conv)], "ConvTranspose": [("convtranspose", gen_conv_transpose)],
+    "Conv": [("conv", gen_conv)],
+    "ConvTranspose": [("convtranspose_tap", functools.partial(gen_conv_transpose, one_tap=True)),
+                      ("convtranspose", gen_conv_transpose)],
     "Gemm": [("gemm", gen_gemm)], "MatMul": [("matmul", gen_matmul)],
     "GlobalAveragePool": [("globalpool", gen_global_pool)], "GlobalMaxPool": [("globalpool", gen_global_pool)],
     "AveragePool": [("pool", gen_pool)], "MaxPool": [("pool", gen_pool)],
