@@ -598,7 +598,7 @@ def _gles2_cases() -> list[Case]:
                  "output_padding": [opad, opad]}
         out.append(_gl2(f"convtranspose_{n}x{cin}x{h}x{w}_{cout}_k{k}s{s}p{p}g{g}d{d}o{opad}", "ConvTranspose",
                         {"x": _n(n, cin, h, w)}, {"w": _n(cin, cout // g, k, k), "b": _n(cout)}, attrs,
-                        kernel="convtranspose"))
+                        kernel="convtranspose_tap" if k == s and d == 1 else "convtranspose"))
     out.append(_gl2("convtranspose_fused_sigmoid", "ConvTranspose", {"x": _n(1, 16, 6, 7)},
                     {"w": _n(16, 1, 2, 2), "b": _n(1)}, {"kernel_shape": [2, 2], "strides": [2, 2],
                                                          "_act": ("Sigmoid", {})}, precisions=("fp16",)))
