@@ -28,6 +28,8 @@ hang       on_context,         blocks forever (only a timeout or a kill ends it)
 oom        on_alloc            DeviceOutOfMemory
 lost       on_dispatch         ContextLost
 nanloss    on_readback         NaN read back as 0, +-Inf as +-3.4e38 (as NVIDIA's gles2 did)
+skew       on_readback         every float scaled by 1.02: a wrong answer as small as fp16 noise
+                               allows, the size of the ReduceMean-over-a-large-plane bug
 =========  ==================  =======================================================
 
 The environment is read on every call (cheap), so tests may change it between calls.
@@ -51,6 +53,8 @@ HANG_S_ENV = "GPUBACKEND_FAULT_HANG_S"  # a hang that ends after this many secon
 KINDS = ("absent", "compile", "link", "wrong", "nan", "crash", "hang", "oom", "lost")
 # Faults that touch only NaN/Inf values: the path stays verified, the probe reports the loss.
 QUIET_KINDS = ("nanloss",)
+# Wrong answers too small for the probe's canaries to be meant to see (kernel-check tests only).
+SUBTLE_KINDS = ("skew",)
 GL_PATHS = ("gles2", "gles3", "gles31")
 GPU_PATHS = ("vulkan", "gles31", "gles3", "gles2")
 
@@ -77,11 +81,11 @@ def _parse(spec: str | None) -> list[tuple[str, str, frozenset[str], int]]:
         path, _, kernels = path.partition(":")
         kind, path = kind.strip().lower(), path.strip().lower()
         names = frozenset(k.strip().lower() for k in kernels.split("+") if k.strip())
-        if not sep or kind not in (*KINDS, *QUIET_KINDS) or path not in (*GPU_PATHS, "gl") or \
+        if not sep or kind not in (*KINDS, *QUIET_KINDS, *SUBTLE_KINDS) or path not in (*GPU_PATHS, "gl") or \
                 (gt and not words.strip().isdigit()):
             raise ValueError(
                 f"bad {ENV} item {item!r}: expected KIND@PATH[:KERNEL[+KERNEL...]][>WORDS] with KIND in "
-                f"{', '.join((*KINDS, *QUIET_KINDS))} and PATH in {', '.join((*GPU_PATHS, 'gl'))}"
+                f"{', '.join((*KINDS, *QUIET_KINDS, *SUBTLE_KINDS))} and PATH in {', '.join((*GPU_PATHS, 'gl'))}"
             )
         out.append((kind, path, names, int(words) if gt else 0))
     return out
@@ -262,6 +266,8 @@ def on_readback(path: str, array: np.ndarray) -> np.ndarray:
         return out
     if active("nanloss", path, array.nbytes) and array.dtype.kind == "f":
         return np.nan_to_num(array, nan=0.0, posinf=np.finfo(array.dtype).max, neginf=-np.finfo(array.dtype).max)
+    if active("skew", path, array.nbytes) and array.dtype.kind == "f":
+        return array * np.asarray(1.02, array.dtype)
     if active("wrong", path, array.nbytes):
         out = np.array(array, copy=True)
         flat = out.reshape(-1)

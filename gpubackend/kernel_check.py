@@ -39,9 +39,13 @@ from .paths.base import Path, RunStats, Segment
 
 log = logging.getLogger("gpubackend")
 
-# max|got - ref| / max(1, max|ref|) allowed per GPU storage precision (the project's measure; the
-# bounds are loose against real rounding so that only a kernel computing something else fails)
-TOLERANCE = {"fp32": 1e-3, "fp16": 5e-2, "fp16-compute": 5e-2}
+# max|got - ref| / max(1, max|ref|) allowed per GPU storage precision (the project's measure). In
+# fp16 both sides read the same fp16-rounded inputs and the reference's output is rounded to fp16
+# too, so what is left of honest noise is rounding inside the kernel (fp16 intermediates, fused
+# steps; mediump products in fp16-compute, whose running sums stay highp so the noise does not grow
+# with the loop length): at most 3.4e-3 over every kernel's check on llvmpipe/lavapipe. 5e-2 had let
+# a 1.8e-2 wrong answer through (ReduceMean over a large plane); these bounds fail it.
+TOLERANCE = {"fp32": 1e-3, "fp16": 4e-3, "fp16-compute": 1e-2}
 FILE_PREFIX = "kernel-checks-"
 # The check shrinks every axis after the first two (batch, channels) of the node's inputs to at
 # most this, when the node stays valid and keeps its kernel at that size (else: its real shapes).
@@ -148,6 +152,14 @@ def _random_feed(name: str, graph: Graph, precision: str, rng: np.random.Generat
     if dtype.kind == "b":
         return rng.integers(0, 2, size=tuple(shape)).astype(bool)
     return np.zeros(tuple(shape), dtype)  # valid as an index, an axis, a count
+
+
+def _fp16_rounded(value: np.ndarray) -> np.ndarray:
+    value = np.asarray(value)
+    if value.dtype.kind != "f":
+        return value
+    with np.errstate(over="ignore"):  # beyond fp16's range the GPU holds inf as well
+        return value.astype(np.float16).astype(value.dtype)
 
 
 def compare(got: np.ndarray, ref: np.ndarray) -> float:
@@ -297,6 +309,8 @@ def run_check(gpu: Path, reference: Path, node: Node, graph: Graph, precision: s
     finally:
         if seg is not None:
             seg.close()
+    if precision.startswith("fp16"):  # the GPU stores its output in fp16: that rounding is no fault
+        want = {o: _fp16_rounded(v) for o, v in want.items()}
     worst = max((compare(got[o], want[o]) for o in outs), default=0.0)
     tol = TOLERANCE.get(precision, TOLERANCE["fp32"])
     if worst <= tol:

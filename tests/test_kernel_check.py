@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import gpubackend
-from gpubackend.kernel_check import FILE_PREFIX, CheckedPath, VerdictStore, compare
+from gpubackend.kernel_check import FILE_PREFIX, TOLERANCE, CheckedPath, VerdictStore, compare
 
 
 def _conv_relu_model():
@@ -77,6 +77,33 @@ def test_without_the_check_the_fault_gives_a_wrong_answer(fault_env) -> None:
     (got,) = sess.run({"x": X})
     assert compare(got, _reference()) > 1e-2
     assert sess.placement["conv"] == "vulkan"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp16-compute"])
+def test_an_fp16_kernel_two_percent_off_is_caught(precision: str, fault_env) -> None:
+    """A conv kernel whose every output is 2% too large (the size of the ReduceMean-over-a-large-
+    plane bug, 1.8e-2) passed the old fp16 bound of 5e-2; the check now compares with the fp16-
+    rounded reference at a bound honest fp16 rounding stays under, and declines it."""
+    fault_env("skew@vulkan:conv")
+    _need("vulkan")
+    want = _reference()
+    unchecked = gpubackend.Session(_conv_relu_model(), path="vulkan", precision=precision,
+                                   options=gpubackend.SessionOptions(kernel_check=False))
+    off = compare(unchecked.run({"x": X})[0], want)
+    assert TOLERANCE[precision] < off < 5e-2  # the fault strikes, and the old bound let it through
+    sess = gpubackend.Session(_conv_relu_model(), path="vulkan", precision=precision)
+    assert sess.placement == {"conv": "cpu", "abs": "vulkan"}, sess.explain()
+    assert compare(sess.run({"x": X})[0], want) < 2e-3  # abs alone, in fp16
+    assert "kernel 'conv' failed its first-run check" in sess.explain()
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp16-compute"])
+def test_healthy_fp16_kernels_pass_the_check(precision: str, fault_env) -> None:
+    fault_env("")
+    _need("vulkan")
+    sess = gpubackend.Session(_conv_relu_model(), path="vulkan", precision=precision)
+    assert set(sess.placement.values()) == {"vulkan"}, sess.explain()
+    assert compare(sess.run({"x": X})[0], _reference()) < 2e-3
 
 
 def test_healthy_kernels_pass_once_and_are_cached(fault_env, tmp_path) -> None:
