@@ -462,6 +462,26 @@ def test_resize_linear_x2_in_row_blocks(ctm):
           dict(mode="linear", coordinate_transformation_mode=ctm), opset=13)
 
 
+@pytest.mark.parametrize("ctm", ["half_pixel", "align_corners", "asymmetric"])
+def test_bilinear_2d_in_plane_blocks_is_bit_equal_to_any_axes_form(ctm, monkeypatch):
+    """The blocked bilinear resize of the last two axes (several blocks of planes, split over two
+    kernel threads) computes the same products in the same order as the form for any two axes (here
+    the same data channels-last): equal bit for bit."""
+    from gpubackend.fallback import _runtime, kernel_threads, resize
+
+    monkeypatch.setattr(resize, "_BILINEAR_BLOCK_BYTES", 1 << 10)
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1 << 10)
+    x = rand(2, 6, 9, 13, seed=70, lo=-1)
+    taps = []
+    for length, out in ((9, 18), (13, 29)):
+        idx, w = resize.axis_taps("linear", "round_prefer_floor", ctm, length, out, out / length)
+        taps.append(resize.border_linear_taps(idx, w, length))
+    with kernel_threads(2):
+        got = resize._bilinear_2d(x, (2, 3), tuple(taps), x.dtype)
+    ref = resize._bilinear_2d(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), (1, 2), tuple(taps), x.dtype)
+    np.testing.assert_array_equal(got, ref.transpose(0, 3, 1, 2))
+
+
 def test_resize_tf_crop_and_resize():
     x = rand(1, 2, 6, 6, seed=65)
     roi = np.array([0, 0, 0.1, 0.3, 1, 1, 0.9, 1.2], np.float32)
