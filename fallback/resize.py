@@ -396,7 +396,9 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
         raise fail(op, f"invalid output shape {out}")
 
     dt = x.dtype
-    work = x if dt.kind == "f" else x.astype(np.float64)
+    # integers are interpolated in float32 (float64 past 16 bits) and truncated back (onnxruntime's
+    # cast; ONNX leaves the rounding open)
+    work = x if dt.kind == "f" else x.astype(np.float32 if dt.itemsize <= 2 else np.float64)
     # Axes are independent; order them for speed: shrinking axes first, growing ones last, and the
     # last axis (whose gather is the slow, non-contiguous one) on the smaller of its two sides.
     last = r - 1
@@ -442,7 +444,7 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
         return x.copy()
     if dt.kind != "f":
         info = np.iinfo(dt) if dt.kind in "iu" else None
-        work = np.rint(work)
+        work = np.trunc(work) if mode == "linear" else np.rint(work)
         if info is not None:
             work = np.clip(work, info.min, info.max)
         return work.astype(dt)

@@ -335,7 +335,7 @@ def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_val
         constants[name] = value
     graph = Graph(nodes, [n for n in inputs if n not in input_values], [o.name for o in g.output], constants,
                   dtypes=dtypes, opset=opset, input_shapes=pinned)
-    for node, node_proto in ops.quant.qoperators_as_qdq(graph):
+    for node, node_proto in ops.quant.qoperators_as_qdq(graph) + ops.quant.quantize_float_weights(graph):
         protos[id(node)] = node_proto
     specialise(proto, graph, protos)
     optimize(graph)

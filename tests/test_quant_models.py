@@ -25,11 +25,13 @@ from gpubackend.zoo.quantized import quantized_path
 # a little smaller than its real quantization step). selfie is not: its float ops between the
 # convs (HardSigmoid, Resize; and QLinearAdd/Mul/Sigmoid/GlobalAveragePool, which onnxruntime
 # computes its own way) land one step away on ties, and the net amplifies that to 128 steps near
-# the mask edge (measured on gles31/vulkan/numpy: 1.15% QDQ, 2.42% QOperator). The GPU paths'
-# bilinear Resize now rounds as onnxruntime's (QDQ selfie: 0 steps on gles3, gles31, vulkan, numpy).
+# the mask edge (measured on gles31/vulkan/numpy: 1.15% QDQ, 2.42% QOperator). Every path's
+# bilinear Resize now rounds as onnxruntime's, the QOperator model's Resize of uint8 truncates as
+# onnxruntime's and its float ConvTranspose gets onnxruntime's int8 weights
+# (ops.quant.quantize_float_weights): selfie is 0 steps from onnxruntime in both formats.
 MODELS = {"mtcnn_onet": 0.0, "mtcnn_rnet": 0.0, "ppocr_cls": 0.0, "mobilenetv3_orientation": 0.25,
           "selfie_segmentation": 0.03}
-EXACT_ON_GPU = {("selfie_segmentation", "QDQ")}
+EXACT_ON_GPU = {("selfie_segmentation", "QDQ"), ("selfie_segmentation", "QOperator")}
 DEFAULT = ("mtcnn_onet",)
 
 
@@ -77,6 +79,25 @@ def test_quantized_model_on_gpu_path(name: str, path: str, fmt: str) -> None:
         exact = (name, fmt) in EXACT_ON_GPU
         assert (diff.max() <= step * 1.01) if exact else beyond <= MODELS[name]
         assert diff.mean() <= max(noise, step)  # inside the quantization noise
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_quantized_selfie_on_the_numpy_engine_matches_onnxruntime(fmt: str) -> None:
+    """selfie's decoder turns one step before its bilinear Resizes, its uint8 Resizes (QOperator)
+    or its ConvTranspose (QOperator: onnxruntime quantizes its float weights) into up to 128
+    steps at the mask edge: the whole model must be within one step of onnxruntime."""
+    name = "selfie_segmentation"
+    qpath = _quantized(name, fmt)
+    feeds = make_input(zoo.BY_NAME[name])
+    want = _ort(qpath, feeds)[0]
+    sess = gpubackend.Session(qpath, path="cpu", cpu_engine="numpy", fallback=False)
+    try:
+        got = sess.run(feeds)[0]
+    finally:
+        sess.close()
+    step = float(want.max() - want.min()) / 255
+    steps = float(np.abs(got - want).max()) / step
+    assert steps <= 1.01, f"{steps:.1f} steps from onnxruntime on {np.mean(np.abs(got - want) > step * 1.01):.2%}"
 
 
 def test_weight_bytes_at_least_3_5x_smaller_than_float() -> None:

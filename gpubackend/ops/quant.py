@@ -372,14 +372,107 @@ def qoperators_as_qdq(graph: Graph) -> list[tuple[Node, onnx.NodeProto]]:
         out.extend(parts)
         producers.update({o: n for n in parts for o in n.outputs if o})
     graph.nodes = out
-    return [(n, onnx.helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain or None,
-                                      **{k: v for k, v in n.attrs.items() if not k.startswith("_")}))
-            for n in made]
+    return [(n, _node_proto(n)) for n in made]
+
+
+def quantize_float_weights(graph: Graph) -> list[tuple[Node, onnx.NodeProto]]:
+    """onnxruntime's weight and bias quantization (its ``WeightBiasQuantization`` graph
+    transformer, on by default), written into the graph so every path computes its result: a
+    Conv / ConvTranspose / Gemm whose input is a DequantizeLinear with one scale gets
+
+    - float32 weights (a constant) quantized to int8, per tensor: the range [min(w, 0),
+      max(w, 0)] over 255 steps, zero point ``round_half_even(-128 - min / scale)``;
+    - a 1-D float32 bias (a constant) quantized to int32 with scale ``x_scale * w_scale``
+      (per channel where the weights are): ``round_half_even(bias / scale)``.
+
+    Both then feed the node through DequantizeLinear. This is not ONNX's result (the weights lose
+    precision), but it is onnxruntime's: a QOperator model's float ConvTranspose (the quantizer
+    has no QLinearConvTranspose) otherwise lands steps away from onnxruntime's int8 output.
+    A node onnxruntime skips (a bias that is not a 1-D constant, quantized weights without a
+    bias, per-channel weights on another axis) is skipped here too. Returns the nodes it made,
+    with their NodeProtos."""
+    producers = graph.producers()
+    made: list[Node] = []
+    out: list[Node] = []
+    for node in graph.nodes:
+        parts = _quantized_weight_parts(node, graph, producers)
+        if parts:
+            made.extend(parts + [node])  # the node too: its inputs changed
+        out.extend(parts)
+        out.append(node)
+    graph.nodes = out
+    return [(n, _node_proto(n)) for n in made]
+
+
+def _node_proto(node: Node) -> onnx.NodeProto:
+    return onnx.helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain or None,
+                                 **{k: v for k, v in node.attrs.items() if not k.startswith("_")})
+
+
+def _scalar_scale(graph: Graph, name: str) -> bool:
+    return name in graph.constants and np.ndim(graph.constants[name]) <= 1 and np.size(graph.constants[name]) == 1
+
+
+def _quantized_weight_parts(node: Node, graph: Graph, producers: dict[str, Node]) -> list[Node]:
+    """The DequantizeLinear nodes of :func:`quantize_float_weights` for ``node`` (rewiring its
+    weight and bias inputs to them), or [] where onnxruntime leaves the node as it is."""
+    if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or node.domain not in ("", "ai.onnx") \
+            or len(node.inputs) < 2:
+        return []
+    x_dq = producers.get(node.inputs[0])
+    if x_dq is None or x_dq.op_type != "DequantizeLinear" or not _scalar_scale(graph, x_dq.inputs[1]):
+        return []
+    w_name = node.inputs[1]
+    w_dq = producers.get(w_name)
+    if w_dq is not None and w_dq.op_type != "DequantizeLinear":
+        return []
+    if w_dq is None and (w_name not in graph.constants or graph.constants[w_name].dtype != np.float32):
+        return []
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    if bias is not None and (bias in producers or bias not in graph.constants or np.ndim(graph.constants[bias]) != 1):
+        return []
+    if w_dq is not None and bias is None:
+        return []
+    if w_dq is not None:
+        w_scale_name = w_dq.inputs[1]
+        if w_scale_name not in graph.constants:
+            return []
+        w_scale = np.asarray(graph.constants[w_scale_name], np.float32)
+        if w_scale.size != 1 or w_scale.ndim > 1:  # per channel: on the output-channel axis only
+            expected = 0 if node.op_type != "Gemm" else (0 if int(node.attrs.get("transB", 0)) else 1)
+            if w_scale.ndim != 1 or w_scale.size != np.size(graph.constants[bias]) or "block_size" in w_dq.attrs \
+                    or int(w_dq.attrs.get("axis", 1)) != expected:
+                return []
+    name = node.name
+    parts: list[Node] = []
+    if w_dq is None:
+        w = np.asarray(graph.constants[w_name], np.float32)
+        lo, hi = min(np.float32(w.min()), np.float32(0)), max(np.float32(w.max()), np.float32(0))
+        w_scale = np.float32(1) if hi == lo else np.float32(hi - lo) / np.float32(255)
+        zp = np.int8(np.clip(np.rint(np.float32(-128) - lo / w_scale), -128, 127))
+        wq = np.clip(np.rint(w / w_scale) + np.float32(zp), -128, 127).astype(np.int8)
+        w_scale_name = _constant(graph, f"{name}/weight_scale", w_scale)
+        graph.constants[f"{name}/weight_q"] = wq
+        parts.append(Node(f"{name}/weight_dq", "DequantizeLinear",
+                          [f"{name}/weight_q", w_scale_name, _constant(graph, f"{name}/weight_zp", zp)],
+                          [f"{name}/weight"]))
+        node.inputs[1] = f"{name}/weight"
+    if bias is not None:
+        x_scale = np.float32(np.asarray(graph.constants[x_dq.inputs[1]]).reshape(-1)[0])
+        b_scale = (x_scale * w_scale).astype(np.float32)
+        b = np.asarray(graph.constants[bias], np.float32)
+        bq = np.rint(b / b_scale).astype(np.int32)
+        graph.constants[f"{name}/bias_q"] = bq
+        parts.append(Node(f"{name}/bias_dq", "DequantizeLinear",
+                          [f"{name}/bias_q", _constant(graph, f"{name}/bias_scale", b_scale)], [f"{name}/bias"],
+                          {"axis": 0} if b_scale.size > 1 else {}))
+        node.inputs[2] = f"{name}/bias"
+    return parts
 
 
 # Ops the QOperator format applies to 8-bit tensors directly (onnxruntime runs them on the
-# integers): exact on dequantized values quantized back with the same scale and zero point, except
-# Resize, whose interpolated values onnxruntime rounds its own way (one step apart on ties).
+# integers): exact on dequantized values quantized back with the same scale and zero point. A
+# linear Resize is not (it makes new values): see _integer_resize_form.
 _INTEGER_MOVEMENT_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "Slice",
                                    "Gather", "Identity", "Resize"})
 
@@ -396,10 +489,37 @@ def _movement_qdq_form(node: Node, graph: Graph, producers: dict[str, Node]) -> 
             or np.size(graph.constants[src.inputs[2]]) != 1:
         return None
     scale, zp = src.inputs[1], src.inputs[2]
+    if node.op_type == "Resize" and str(node.attrs.get("mode", "nearest")) == "linear":
+        return _integer_resize_form(node, graph, np.asarray(graph.constants[zp]).dtype)
     x, y = f"{node.name}/x", f"{node.name}/y"
     return [Node(f"{node.name}/dequantize_x", "DequantizeLinear", [node.inputs[0], scale, zp], [x]),
             Node(node.name, node.op_type, [x] + node.inputs[1:], [y], dict(node.attrs), node.domain),
             Node(f"{node.name}/quantize", "QuantizeLinear", [y, scale, zp], [node.outputs[0]])]
+
+
+def _integer_resize_form(node: Node, graph: Graph, int_type: np.dtype) -> list[Node]:
+    """A linear Resize of an 8-bit tensor as onnxruntime computes it (its upsample kernel on 8-bit
+    data): the float bilinear sum of the integers themselves (zero point included), converted back
+    by C's cast, which truncates toward zero; not the round-half-even of DQ -> Resize -> Q, which
+    lands one step away on a quarter of a 2x upsample's outputs. Floor is that truncation on
+    uint8's non-negative sums; int8 takes ``Sign(y) * Floor(Abs(y))``. The sums stay exact
+    integers and fractions in float32, and the paths' bilinear kernels add onnxruntime's four
+    products in its order, so every path gets its integers."""
+    name = node.name
+    one = _constant(graph, f"{name}/unit_scale", np.float32(1))
+    zero = _constant(graph, f"{name}/zero_point", np.zeros((), int_type))
+    x, y, t = f"{name}/x", f"{name}/y", f"{name}/truncated"
+    nodes = [Node(f"{name}/integers", "DequantizeLinear", [node.inputs[0], one, zero], [x]),
+             Node(name, "Resize", [x] + node.inputs[1:], [y], dict(node.attrs), node.domain)]
+    if int_type.kind == "u":
+        nodes.append(Node(f"{name}/truncate", "Floor", [y], [t]))
+    else:
+        nodes += [Node(f"{name}/magnitude", "Abs", [y], [f"{name}/abs"]),
+                  Node(f"{name}/floor", "Floor", [f"{name}/abs"], [f"{name}/floor_abs"]),
+                  Node(f"{name}/sign", "Sign", [y], [f"{name}/sign"]),
+                  Node(f"{name}/truncate", "Mul", [f"{name}/floor_abs", f"{name}/sign"], [t])]
+    nodes.append(Node(f"{name}/quantize", "QuantizeLinear", [t, one, zero], [node.outputs[0]]))
+    return nodes
 
 
 def _const_operands(graph: Graph, names: list[str]) -> bool:
@@ -521,5 +641,5 @@ def _like(graph: Graph, name: str, like: str) -> None:
 
 
 __all__ = ["EXACT_FLOAT_INTEGER", "QUANT_TYPES", "DequantizedWeight", "QuantRecord", "lower_qdq",
-           "is_requantize", "note_dequantized", "output_channel_scale", "qoperators_as_qdq",
+           "is_requantize", "note_dequantized", "output_channel_scale", "qoperators_as_qdq", "quantize_float_weights",
            "requantize_in_integers"]

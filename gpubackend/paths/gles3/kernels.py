@@ -946,16 +946,15 @@ def conv_kind(node: Node, graph: Graph) -> str:
 def kernel_name(node: Node, graph: Graph) -> str | None:
     """The short kernel name this path would use for ``node`` (None: no kernel)."""
     op = node.op_type
-    if op in quant.WEIGHT_OPS and node.inputs[1:2] and node.inputs[1] in graph.dequantized:
-        got = generate(REGISTRY, node, graph, Limits())  # int8 weights, or the float kernel if those decline
-        if not isinstance(got, str):
-            return got.payload.name
-    if op == "Conv":
-        return conv_kind(node, graph)
-    if op == "ConvTranspose":  # by taps where it applies, else the gather form
+    # int8 weights (or the float kernel if those decline); ConvTranspose by taps where it applies,
+    # else the gather form (a list of passes: named by the first)
+    if (op in quant.WEIGHT_OPS and node.inputs[1:2] and node.inputs[1] in graph.dequantized) \
+            or op == "ConvTranspose":
         got = generate(REGISTRY, node, graph, Limits())
         if not isinstance(got, str):
             return (got.payload[0] if isinstance(got.payload, list) else got.payload).name
+    if op == "Conv":
+        return conv_kind(node, graph)
     cands = REGISTRY.get(op)
     return cands[0][0] if cands else None
 
