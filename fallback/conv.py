@@ -261,6 +261,18 @@ def _conv_im2col(xp: np.ndarray, wg: np.ndarray, group: int, kernel: list[int], 
 # is faster.
 _SHIFT_BAND_BYTES = 1 << 20
 _SHIFT_MIN_CHANNELS = 8
+# ...but up to this many input channels, when the output has as many channels or more, im2col on the
+# phase planes (one GEMM of depth 9C per band, no accumulation passes) is faster. Measured per conv
+# (3x3, 1-thread CPU, interleaved, under load; YOLOv8n and U-Net-like shapes), phase-cols / shifted:
+# 8->8 and 8->16 0.66-0.76, 16->16 and 16->32 0.73-0.84, 32->32 and 32->64 0.77-0.92; where the
+# output has fewer channels (24->8, 32->16) 1.02-1.06 and from 64 input channels 1.01-1.13.
+_PHASE_COLS_MAX_CHANNELS = 32
+
+
+def _shifted_gemm_pays(c: int, m: int) -> bool:
+    """Whether an ungrouped 2-D convolution with ``c`` input and ``m`` output channels runs as
+    shifted GEMMs rather than im2col on the phase planes (see the measurements above)."""
+    return c >= _SHIFT_MIN_CHANNELS and (c > _PHASE_COLS_MAX_CHANNELS or m < c)
 
 
 def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, pb: list[int], out: list[int],
@@ -401,7 +413,7 @@ def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.nd
         body = _depthwise_plan(w, m // c, g.pad_begin, g.pad_end, g.out, g.strides, g.dilations)
     elif all(k == 1 for k in kernel) and not g.padded:
         body = _pointwise_plan(x_shape, w, group, g.out, g.strides)
-    elif group == 1 and nsp == 2 and c >= _SHIFT_MIN_CHANNELS:
+    elif group == 1 and nsp == 2 and _shifted_gemm_pays(c, m):
         body = _conv_shifted_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)
     elif group == 1 and nsp == 2:
         body = _conv_phase_cols_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)

@@ -137,6 +137,16 @@ def test_conv_shapes(shape, kernel, stride, pads, group):
           dict(kernel_shape=list(kernel), strides=[stride] * 2, pads=[pads] * 4, group=group))
 
 
+@pytest.mark.parametrize("c,m", [(16, 24), (12, 5), (40, 48)])  # phase-plane im2col, shifted GEMMs, shifted
+@pytest.mark.parametrize("stride,dil", [(1, 1), (2, 1), (1, 2)])
+def test_conv_3x3_with_8_or_more_channels(c, m, stride, dil):
+    """Both algorithms of ungrouped 3x3 convolutions with 8+ input channels (see
+    ``fallback.conv._shifted_gemm_pays``) against onnxruntime, with asymmetric pads and batch 2."""
+    x = rand(2, c, 13, 11, seed=9)
+    check("Conv", [x, rand(m, c, 3, 3, seed=10), rand(m, seed=11)],
+          dict(kernel_shape=[3, 3], strides=[stride] * 2, dilations=[dil] * 2, pads=[1, 2, 0, 1]))
+
+
 @pytest.mark.parametrize("rank", [1, 3])
 @pytest.mark.parametrize("group", [1, 4])
 def test_conv_1d_3d(rank, group):

@@ -27,6 +27,7 @@ CONV_CASES = {
     "pointwise_strided_grouped": ((1, 16, 30, 30), (8, 8, 1, 1), dict(group=2, strides=[2, 2])),
     "shifted_gemm": ((2, 12, 70, 66), (10, 12, 3, 3), dict(pads=[1, 2, 1, 0], dilations=[2, 1])),
     "phase_columns_stem": ((1, 3, 96, 90), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "phase_columns_16_to_24": ((2, 16, 60, 52), (24, 16, 3, 3), dict(pads=[1, 2, 0, 1], dilations=[1, 2])),
     "im2col_bands_grouped": ((1, 8, 150, 150), (8, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
     "im2col_rank3": ((2, 6, 500), (4, 6, 5), dict(pads=[2, 2])),
 }
