@@ -61,3 +61,55 @@ def test_selfie_fp16_is_within_its_fp16_storage_floor_on_gles31() -> None:
         got = sess.run(feeds)
     err = max(rel_error(g, r) for g, r in zip(got, reference(model, feeds)))
     assert err <= floor, (err, floor)
+
+
+def _channel_gate_model() -> bytes:
+    """A squeeze-excite-like gate: a channel's mean (about 1.0) minus 1.0, amplified 1000x,
+    through a Sigmoid, scales the channel's plane. The mean stored in fp16 is up to 4.9e-4 off,
+    which the gate turns into about 0.1 at the output."""
+    from onnx import numpy_helper
+
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["m"], name="gap"),
+             helper.make_node("Sub", ["m", "c"], ["d"], name="sub"),
+             helper.make_node("Mul", ["d", "k"], ["z"], name="mul"),
+             helper.make_node("Sigmoid", ["z"], ["g"], name="gate"),
+             helper.make_node("Mul", ["x", "g"], ["y"], name="scale")]
+    consts = [numpy_helper.from_array(np.ones((1, 8, 1, 1), np.float32), "c"),
+              numpy_helper.from_array(np.array(1000.0, np.float32), "k")]
+    graph = helper.make_graph(nodes, "gate", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32, 32])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_the_mixed_precision_policy_keeps_a_channel_gate_in_fp32_on_gles3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under precision="fp16", gles3 keeps tensors of at most 4096 elements (the pooled mean and
+    the gate here) in RGBA32F: the result meets the fp16 bar, and without the policy it does not."""
+    from gpubackend import mixed_precision
+    from gpubackend.kernel_check import compare
+
+    report = gpubackend.probe()
+    if not report.usable("gles3"):
+        pytest.skip(f"gles3 is not usable here: {report.paths['gles3'].reason}")
+    rng = np.random.default_rng(0)
+    x = (1.0 + rng.uniform(-0.02, 0.02, (1, 8, 32, 32)) + rng.uniform(-0.01, 0.01, (1, 8, 1, 1))).astype(np.float32)
+    want = gpubackend.Session(_channel_gate_model(), path="cpu", cpu_engine="numpy").run({"x": x})[0]
+    with gpubackend.Session(_channel_gate_model(), path="gles3", precision="fp16", fallback=False) as sess:
+        assert compare(sess.run({"x": x})[0], want) < 5e-3
+        assert "mixed precision: 4 of 5 activations kept fp32" in sess.explain(), sess.explain()
+    monkeypatch.setattr(mixed_precision, "SMALL_TENSOR_ELEMENTS", 0)
+    with gpubackend.Session(_channel_gate_model(), path="gles3", precision="fp16", fallback=False) as sess:
+        assert compare(sess.run({"x": x})[0], want) > 2e-2
+        assert "every activation in fp16" in sess.explain()
+
+
+def test_the_mixed_precision_policy_counts_bytes() -> None:
+    import onnx
+
+    from gpubackend import mixed_precision
+    from gpubackend.model import to_graph
+
+    graph = to_graph(onnx.load_from_string(_channel_gate_model()))
+    keep = mixed_precision.fp32_tensors(graph.nodes, graph)
+    assert set(keep) == {"m", "d", "z", "g"}
+    # 4 x 8 fp32 values beside y's 8192 fp16 values
+    assert mixed_precision.fp32_byte_share(graph.nodes, graph, keep) == pytest.approx(128 / (128 + 16384))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import mixed_precision
 from ...graph import Graph, Node
 from .. import fp16_compute
 from ..base import Path, Segment
@@ -102,7 +103,12 @@ class Gles3Path(Path):
             steps.append(node)
         if self.arithmetic == "fp16":
             kernels = {name: fp16_compute.mediump_fragment(k) for name, k in kernels.items()}
-        seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs)
+        fp32 = mixed_precision.fp32_tensors(nodes, graph) if self.dtype == "f2" else {}
+        seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs,
+                           fp32=frozenset(fp32))
+        if self.dtype == "f2":
+            seg.notes = [mixed_precision.describe(nodes, graph, {n: fp32[n] for n in seg.storage_dtype
+                                                                 if seg.storage_dtype[n] == "f4"})]
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
         seg.node_of = seg_node_of
         if self.poison:

@@ -34,7 +34,7 @@ class Gles3Tensor(DeviceTensor):
             t = dev.texture(layout.size, 4, None, dtype=dtype)
             t.filter = (NEAREST, NEAREST)
             textures.append(t)
-        self.storage = Storage(layout, textures, dev.ctx.framebuffer(color_attachments=textures))
+        self.storage = Storage(layout, textures, dev.ctx.framebuffer(color_attachments=textures), dtype=dtype)
 
     def texture(self) -> Any:
         """The texture itself when the tensor is one RGBA image: shape (1, C, H, W) with C <= 4

@@ -28,6 +28,7 @@ class Storage:
     layout: TexLayout
     textures: list[Any]
     fbo: Any = None
+    dtype: str = "f4"  # "f4" (RGBA32F) or "f2" (RGBA16F)
 
 
 @dataclass
@@ -50,7 +51,9 @@ class Step:
 
 class Gles3Segment(Segment):
     def __init__(self, dev: GLDevice, lim: Limits, dtype: str, kernels: dict[str, Kernel], nodes: list[Node],
-                 graph: Graph, inputs: list[str], outputs: list[str]):
+                 graph: Graph, inputs: list[str], outputs: list[str], fp32: frozenset[str] = frozenset()):
+        """``fp32``: tensors held in RGBA32F although ``dtype`` is "f2" (the mixed-precision
+        policy; the segment's inputs and outputs keep ``dtype``)."""
         super().__init__("gles3", nodes, inputs, outputs)
         self.dev = dev
         self.lim = lim
@@ -82,15 +85,17 @@ class Gles3Segment(Segment):
                 root[node.outputs[0]] = root.get(k.alias, k.alias)
             self.layouts[node.outputs[0]] = k.out
         owned = set(inputs) | {n.outputs[0] for n in nodes}
+        wide = {n for n in fp32 if dtype == "f2" and n not in inputs and n not in outputs}
+        self.storage_dtype = {name: "f4" if name in wide else dtype for name in owned}
         slot_of, _ = plan_storage(
             [[root.get(n, n) for n in [*node.inputs, node.outputs[0]]] for node in nodes],
-            lambda name: (self.layouts[name].size, self.layouts[name].planes),
+            lambda name: (self.layouts[name].size, self.layouts[name].planes, self.storage_dtype[name]),
             managed=lambda name: name in owned, preloaded=inputs, keep=[root.get(o, o) for o in outputs])
         slots: dict[int, Storage] = {}
         for name in [*inputs, *(n.outputs[0] for n in nodes)]:
             slot = slot_of[root.get(name, name)]
             if slot not in slots:
-                slots[slot] = self._new_storage(self.layouts[name])
+                slots[slot] = self._new_storage(self.layouts[name], self.storage_dtype[root.get(name, name)])
             self.storage[name] = slots[slot]
         self.steps: list[Step] = []
         for node in nodes:
@@ -105,13 +110,14 @@ class Gles3Segment(Segment):
         self._draws = [step for step in self.steps if step.program is not None]
 
     # ---- allocation ----------------------------------------------------------------------------
-    def _new_storage(self, lay: TexLayout) -> Storage:
+    def _new_storage(self, lay: TexLayout, dtype: str | None = None) -> Storage:
+        dtype = dtype or self.dtype
         texs = []
         for _ in range(lay.planes):
-            t = self.dev.texture(lay.size, 4, None, dtype=self.dtype)
+            t = self.dev.texture(lay.size, 4, None, dtype=dtype)
             t.filter = (NEAREST, NEAREST)
             texs.append(t)
-        st = Storage(lay, texs)
+        st = Storage(lay, texs, dtype=dtype)
         st.fbo = self.dev.ctx.framebuffer(color_attachments=texs)
         self._owned.append(st)
         return st
