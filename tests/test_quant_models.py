@@ -82,15 +82,17 @@ def test_quantized_model_on_gpu_path(name: str, path: str, fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
-def test_quantized_selfie_on_the_numpy_engine_matches_onnxruntime(fmt: str) -> None:
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_quantized_selfie_on_the_cpu_path_matches_onnxruntime(fmt: str, engine: str) -> None:
     """selfie's decoder turns one step before its bilinear Resizes, its uint8 Resizes (QOperator)
-    or its ConvTranspose (QOperator: onnxruntime quantizes its float weights) into up to 128
-    steps at the mask edge: the whole model must be within one step of onnxruntime."""
+    or its ConvTranspose (QOperator: onnxruntime quantizes its float weights; the onnxruntime
+    engine must not quantize the folded QDQ weights a second time) into up to 128 steps at the
+    mask edge: the whole model must be within one step of onnxruntime."""
     name = "selfie_segmentation"
     qpath = _quantized(name, fmt)
     feeds = make_input(zoo.BY_NAME[name])
     want = _ort(qpath, feeds)[0]
-    sess = gpubackend.Session(qpath, path="cpu", cpu_engine="numpy", fallback=False)
+    sess = gpubackend.Session(qpath, path="cpu", cpu_engine=engine, fallback=False)
     try:
         got = sess.run(feeds)[0]
     finally:

@@ -354,8 +354,13 @@ class OnnxruntimeSegment(Segment):
             opts.enable_profiling = True
             opts.profile_file_prefix = profile_prefix
         # onnxruntime would fold the integer form's requantisation Mul into the Conv's weights
-        # (ops.quant.requantize_in_integers), losing the exact integer sums
-        disabled = ["ConvMulFusion"] if any(ops.quant.is_requantize(n) for n in self.nodes) else None
+        # (ops.quant.requantize_in_integers), losing the exact integer sums; and it would quantize
+        # float weights after a DequantizeLinear again (the load did that where onnxruntime does it
+        # on the model as written, ops.quant.quantize_float_weights; the weights here are the
+        # folded DequantizeLinear of the model's own int8 weights)
+        disabled = ["WeightBiasQuantization"]
+        if any(ops.quant.is_requantize(n) for n in self.nodes):
+            disabled.append("ConvMulFusion")
         return onnxruntime.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"],
                                             disabled_optimizers=disabled)
 
