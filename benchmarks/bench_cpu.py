@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cpu.py [--models selfie,mobilenet,unet,yolov8n_nudenet,...] [--blocks 5]
                                    [--runs 5] [--ops] [--threads 2] [--clock wall|cpu]
-                                   [--split-sweep 18,20,22,24]
+                                   [--split-sweep 18,20,22,24] [--serial-share 20,22]
 
 Prints the table ``model | onnxruntime ms | cpu:onnxruntime | cpu:numpy``: onnxruntime's p50 (2
 threads, no spinning) and each engine's p50 as a ratio to it, plus the NumPy engine's error against
@@ -14,7 +14,11 @@ drift on a busy machine hits all alike. Models: ``selfie`` (gpubackend/models), 
 ``unet`` (the test models of tests/models.py), and any zoo model name (fetched already, see
 ``gpubackend zoo fetch``); the default is the three plus three zoo models. With ``--ops`` it also
 prints the NumPy engine's mean milliseconds per op type from profiled runs (depthwise and per-kernel
-convolutions split out). Run it on a quiet machine.
+convolutions split out). With ``--serial-share`` it prints, per ``MIN_PART_WORK`` exponent, how
+much of a NumPy-engine run with ``--threads`` threads can use them at all: CPU ms outside the kernel
+calls that split (serial), CPU ms inside them (all threads), hand-offs, and the Amdahl bound
+serial + split / threads on the wall-time speed-up; CPU shares, so usable on a busy machine. Run
+the table on a quiet machine.
 """
 
 from __future__ import annotations
@@ -150,6 +154,63 @@ def _split_sweep(name: str, exponents: list[int], args: argparse.Namespace) -> N
               f"cpu {statistics.median(cpu[label]) * 1e3:8.2f} ms  hand-offs/run {per_run[label]}", flush=True)
 
 
+def _serial_share(name: str, exponents: list[int], args: argparse.Namespace) -> None:
+    """Per MIN_PART_WORK exponent: CPU seconds of a run outside and inside the ``parallel`` calls that
+    split, so the speed-up ``--threads`` threads can give at best (see the module doc)."""
+    import threading
+
+    from gpubackend.fallback import _runtime
+
+    model, feeds = _model(name)
+    sess = gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(
+        cpu_engine="numpy", intra_op_num_threads=args.threads))
+    original = _runtime.parallel
+    main_thread = threading.get_ident()
+    split = {"cpu": 0.0, "caller": 0.0, "calls": 0}
+    busy = [False]
+
+    def observed(fn, count, work=0):  # noqa: ANN001, ANN202
+        if busy[0] or threading.get_ident() != main_thread:
+            return original(fn, count, work)
+        parts = min(_runtime.current_threads(), count, max(1, work // _runtime.MIN_PART_WORK))
+        busy[0] = True
+        c0, t0 = time.process_time(), time.thread_time()
+        try:
+            return original(fn, count, work)
+        finally:
+            busy[0] = False
+            if parts > 1:
+                split["cpu"] += time.process_time() - c0
+                split["caller"] += time.thread_time() - t0
+                split["calls"] += 1
+
+    # the kernels import ``parallel`` by name: replace it in every fallback module for the measurement
+    modules = [m for n, m in list(sys.modules.items())
+               if n.startswith(("gpubackend.fallback", "fallback")) and getattr(m, "parallel", None) is original]
+    default = _runtime.MIN_PART_WORK
+    try:
+        for m in modules:
+            m.parallel = observed
+        for e in exponents:
+            _runtime.MIN_PART_WORK = 1 << e
+            sess.run(feeds)  # settle (plans are per kernel-thread count, not per threshold)
+            split.update(cpu=0.0, caller=0.0, calls=0)
+            t0, c0 = time.thread_time(), time.process_time()
+            for _ in range(args.runs):
+                sess.run(feeds)
+            total = (time.process_time() - c0) / args.runs
+            serial = (time.thread_time() - t0 - split["caller"]) / args.runs
+            par = split["cpu"] / args.runs
+            bound = serial + par / args.threads
+            print(f"{name:24s} 1 << {e}: CPU {total * 1e3:8.2f} ms  serial {serial * 1e3:8.2f}  in split calls "
+                  f"{par * 1e3:8.2f} ({split['calls'] // args.runs} calls/run)  best {args.threads}-thread speed-up "
+                  f"{total / bound:.2f}x", flush=True)
+    finally:
+        _runtime.MIN_PART_WORK = default
+        for m in modules:
+            m.parallel = original
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=DEFAULT_MODELS)
@@ -164,7 +225,14 @@ def main() -> None:
                     help="instead of the table: the NumPy engine with 1 thread and with --threads threads at each "
                          "MIN_PART_WORK exponent of this comma list (e.g. 18,20,22,24), interleaved, wall and CPU "
                          "ms and thread hand-offs per run")
+    ap.add_argument("--serial-share", default="",
+                    help="instead of the table: the NumPy engine's CPU time outside and inside the kernel calls "
+                         "that split over --threads threads, at each MIN_PART_WORK exponent of this comma list")
     args = ap.parse_args()
+    if args.serial_share:
+        for name in args.models.split(","):
+            _serial_share(name, [int(e) for e in args.serial_share.split(",")], args)
+        return
     if args.split_sweep:
         for name in args.models.split(","):
             _split_sweep(name, [int(e) for e in args.split_sweep.split(",")], args)
