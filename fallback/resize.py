@@ -183,7 +183,8 @@ _BILINEAR_BLOCK_BYTES = 256 << 10
 def _bilinear_2d_blocked(x: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...]) -> np.ndarray:
     """:func:`_bilinear_2d` of the last two axes of a float ``x``, the same products summed in the
     same order, a block of leading planes at a time (split over the kernel threads): the column taps
-    are gathered on the smaller input rows, the row taps are then whole-row copies."""
+    are gathered on the smaller input rows, the row taps are then whole-row copies. (``np.take`` into
+    ``out=`` buffers the whole result first unless ``mode`` is not "raise"; the indices are in range.)"""
     (iy, wy), (ix, wx) = taps
     h, w = x.shape[-2:]
     ho, wo = len(iy), len(ix)
@@ -204,12 +205,12 @@ def _bilinear_2d_blocked(x: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray
             b1 = min(p1, b0 + block)
             k = b1 - b0
             for t in range(2):
-                np.take(planes[b0:b1], cols[t], axis=2, out=gathered[t][:k])
+                np.take(planes[b0:b1], cols[t], axis=2, out=gathered[t][:k], mode="clip")
             out = y[b0:b1]
             for ty in range(2):
                 for tx in range(2):
                     dst = out if ty == tx == 0 else term[:k]
-                    np.take(gathered[tx][:k], rows[ty], axis=1, out=dst)
+                    np.take(gathered[tx][:k], rows[ty], axis=1, out=dst, mode="clip")
                     dst *= weights[ty][tx]
                     if dst is not out:
                         out += dst

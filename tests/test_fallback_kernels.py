@@ -472,8 +472,10 @@ def test_resize_linear_x2_in_row_blocks(ctm):
           dict(mode="linear", coordinate_transformation_mode=ctm), opset=13)
 
 
-@pytest.mark.parametrize("ctm", ["half_pixel", "align_corners", "asymmetric"])
-def test_bilinear_2d_in_plane_blocks_is_bit_equal_to_any_axes_form(ctm, monkeypatch):
+@pytest.mark.parametrize("sizes", [((9, 18), (13, 29)), ((9, 18), (13, 26)), ((5, 15), (7, 14)), ((2, 4), (1, 3))],
+                         ids=["x2-odd", "x2", "x3-x2", "tiny"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"])
+def test_bilinear_2d_in_plane_blocks_is_bit_equal_to_any_axes_form(ctm, sizes, monkeypatch):
     """The blocked bilinear resize of the last two axes (several blocks of planes, split over two
     kernel threads) computes the same products in the same order as the form for any two axes (here
     the same data channels-last): equal bit for bit."""
@@ -481,9 +483,9 @@ def test_bilinear_2d_in_plane_blocks_is_bit_equal_to_any_axes_form(ctm, monkeypa
 
     monkeypatch.setattr(resize, "_BILINEAR_BLOCK_BYTES", 1 << 10)
     monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1 << 10)
-    x = rand(2, 6, 9, 13, seed=70, lo=-1)
+    x = rand(2, 6, sizes[0][0], sizes[1][0], seed=70, lo=-1)
     taps = []
-    for length, out in ((9, 18), (13, 29)):
+    for length, out in sizes:
         idx, w = resize.axis_taps("linear", "round_prefer_floor", ctm, length, out, out / length)
         taps.append(resize.border_linear_taps(idx, w, length))
     with kernel_threads(2):
