@@ -32,6 +32,9 @@ CHANNEL_DRAW_MIN_PIXELS = 1024
 # 128->128 at 16x16 ran 1.4x faster, 32->32 at 16x16 2.2x, 320->320 at 7x7 1.2x; a depthwise 3x3
 # at 16x16 (no loop, 2304 per draw) ran 1.7x slower and at 32x32 no faster.
 CHANNEL_DRAW_MIN_MACS = 8192
+# input channels per loop iteration of a 1x1 conv with uniform weights: under load, CPU time of
+# 1x1 16->16 at 128x128 -23%, 64->64 at 64x64 -9%, 128->128 at 16x16 -9% (8 or 16: no better)
+CHANNEL_LOOP_STEP = 4
 UNROLL = 8  # long inner loops (GEMM / MatMul K, global pooling rows) take this many steps per iteration
 
 
@@ -328,7 +331,8 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
                 cond.append(f"iw{kw} >= 0.0 && iw{kw} < {lit(xs[3])}")
             if per_channel is not None:
                 inner = _channel_loop(cing, (kh * k[1] + kw) * cing,
-                                      lambda ci, kh=kh, kw=kw: f"{ld_x}(n, cb + {ci}, ih{kh}, iw{kw})")
+                                      lambda ci, kh=kh, kw=kw: f"{ld_x}(n, cb + {ci}, ih{kh}, iw{kw})",
+                                      CHANNEL_LOOP_STEP if taps == 1 else 1)
             else:
                 inner = (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
                          f"acc += {ld_x}(n, cb + ci, ih{kh}, iw{kw}) * {wexpr(kh, kw, 'ci')}; }}")
@@ -342,7 +346,7 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     if name == "conv1x1" and cfg.pack == 2 and g.layout(x).k == 1 and nd == 2:
         # fp16: the two elements of a texel share every weight read
         if per_channel is not None:
-            body = _channel_loop(cing, 0, lambda ci: f"ldp{ld_x[2:]}(n, cb + {ci}, h, w)")
+            body = _channel_loop(cing, 0, lambda ci: f"ldp{ld_x[2:]}(n, cb + {ci}, h, w)", CHANNEL_LOOP_STEP)
         else:
             body = (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
                     f"acc += ldp{ld_x[2:]}(n, cb + ci, h, w) * {wexpr(0, 0, 'ci')}; }}")
@@ -391,12 +395,18 @@ def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_sha
     return out
 
 
-def _channel_loop(cing: int, first: int, load: Callable[[str], str]) -> str:
+def _channel_loop(cing: int, first: int, load: Callable[[str], str], step: int = 1) -> str:
     """``acc += load(ci) * u_w[first + ci]`` over input channels 0..cing-1 in order (the loop
-    index in the array index: a GLSL ES 1.00 constant-index-expression). One multiply-add per
-    iteration: four per iteration doubled llvmpipe's compile time for no faster run."""
-    return (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
-            f"acc += {load('ci')} * u_w[{first} + i]; }}")
+    index in the array index: a GLSL ES 1.00 constant-index-expression), ``step`` of them per
+    iteration and the remainder after the loop. Four per iteration (CHANNEL_LOOP_STEP) pays on
+    1x1 convs; on a 3x3 conv it multiplies llvmpipe's compile time (15 s for one 16-channel
+    kernel), so those keep one."""
+    steps = cing // step * step if step > 1 else cing
+    macs = " ".join(f"acc += {load(f'(ci + {lit(j)})' if j else 'ci')} * u_w[{first} + i + {j}];"
+                    for j in range(step))
+    code = f"for (int i = 0; i < {steps}; i += {step}) {{ float ci = float(i); {macs} }}" if steps else ""
+    tail = " ".join(f"acc += {load(lit(k))} * u_w[{first + k}];" for k in range(steps, cing))
+    return f"{code} {tail}".strip()
 
 
 def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = False) -> Kernel:
