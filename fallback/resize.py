@@ -149,6 +149,20 @@ def border_linear_taps(idx: np.ndarray, w: np.ndarray, in_len: int) -> tuple[np.
     return np.stack([first, second], axis=1), np.stack([far, near], axis=1).astype(w.dtype)
 
 
+@functools.lru_cache(maxsize=256)
+def _border_axis_taps(mode: str, nearest_mode: str, ctm: str, in_len: int, out_len: int, scale: float,
+                      cubic_a: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """``border_linear_taps`` of one axis of a two-axis linear resize (None unless the axis has two
+    taps), once per geometry: the arrays are read-only, shared through the cache."""
+    _, idx, w, _ = _axis_plan(mode, nearest_mode, ctm, in_len, out_len, scale, None, cubic_a, False, False)
+    if w.shape[1] != 2:
+        return None
+    taps = border_linear_taps(np.clip(idx, 0, in_len - 1), w, in_len)
+    for arr in taps:
+        arr.setflags(write=False)
+    return taps
+
+
 def _bilinear_2d(x: np.ndarray, axes: tuple[int, int], taps: tuple[tuple[np.ndarray, np.ndarray], ...],
                  dt: np.dtype) -> np.ndarray:
     """Linear resize of two axes at once as onnxruntime's bilinear kernel computes it: per output,
@@ -413,10 +427,7 @@ def resize(op: str, x: np.ndarray, scales: list[float] | None, sizes: list[int] 
         ay, ax = moving
         taps = []
         for a in (ay, ax):
-            _, idx, w, _ = _axis_plan(mode, nearest_mode, ctm, x.shape[a], out[a], sc[a], None, cubic_a,
-                                      exclude_outside, antialias)
-            idx = np.clip(idx, 0, x.shape[a] - 1)
-            taps.append(border_linear_taps(idx, w, x.shape[a]) if w.shape[1] == 2 else None)
+            taps.append(_border_axis_taps(mode, nearest_mode, ctm, x.shape[a], out[a], sc[a], cubic_a))
         if all(t is not None for t in taps):
             work = _bilinear_2d(work, (ay, ax), tuple(taps), work.dtype)
             passes = []
