@@ -1,6 +1,7 @@
 """Benchmarks of the gles2 path (GL ES 2.0 fragment kernels on RGBA8 textures).
 
     python benchmarks/bench_gles2.py [--repeats 5] [--models selfie,mobilenet,unet] [--json]
+    python benchmarks/bench_gles2.py --session5-ab [--repeats 5] [--models selfie,mobilenet,unet]
 
 Reports medians of ``--repeats`` runs (the machine is noisy: compare ratios inside one run):
 * the FMA-only peak of a ``#version 100`` fragment shader on this driver, and per-kernel GFLOP/s
@@ -8,6 +9,11 @@ Reports medians of ``--repeats`` runs (the machine is noisy: compare ratios insi
 * the cost of one draw (a trivial kernel on a 1x1 texture);
 * whole-model latency on gles2 fp32 / fp16 against the cpu path and onnxruntime, interleaved
   run by run, with the number of draws and host transfers per model.
+
+``--session5-ab``: every node of each model on gles2 (fp32), the fifth session's kernel changes
+switched off ("before": weight textures below 1024 output pixels, the gather ConvTranspose, one
+input channel per loop step, one loop per tap) against the default, runs alternating; wall and
+process CPU milliseconds (CPU time counts llvmpipe's threads too and depends less on load).
 """
 
 from __future__ import annotations
@@ -205,14 +211,78 @@ def model_latency(which: list[str], repeats: int) -> dict[str, dict[str, Any]]:
     return results
 
 
+def _session5_before() -> Any:
+    """A gles2 path generating kernels as before the fifth session (see the module docstring)."""
+    import dataclasses
+
+    from gpubackend.paths.gles2 import kernels
+    from gpubackend.paths.kernel_contract import KernelCache
+
+    off = frozenset({"convtranspose_tap"})
+    p = gles2.create("fp32", disabled_kernels=off)
+    p.kernels = KernelCache(kernels.REGISTRY, lambda: dataclasses.replace(
+        p.runtime.config("fp32"), channel_draw_min_macs=2 ** 62), off, lazy_context=True)
+    return p
+
+
+def session5_ab(which: list[str], repeats: int) -> dict[str, dict[str, Any]]:
+    import models
+
+    from gpubackend.model import to_graph
+    from gpubackend.paths.gles2 import kernels
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, proto in _models(which).items():
+        feeds = models.random_inputs(proto)
+        segs, outs, info = {}, {}, {}
+        for label in ("before", "after"):
+            saved = kernels.CHANNEL_LOOP_STEP, kernels.CHANNEL_TAPS_INNER
+            if label == "before":  # read when the kernels are generated, at compile
+                kernels.CHANNEL_LOOP_STEP, kernels.CHANNEL_TAPS_INNER = 1, False
+            try:
+                p = _session5_before() if label == "before" else gles2.create("fp32")
+                g = to_graph(proto)
+                t0 = time.perf_counter()
+                segs[label] = p.compile(g.nodes, g, list(g.inputs), list(g.outputs))
+                outs[label] = segs[label].run(feeds, RunStats())[g.outputs[0]]
+            finally:
+                kernels.CHANNEL_LOOP_STEP, kernels.CHANNEL_TAPS_INNER = saved
+            info[f"{label} compile + first run s"] = round(time.perf_counter() - t0, 1)
+            info[f"{label} draws"] = segs[label].draws
+        ref = outs["before"]
+        info["max |after - before| / max(1, max |before|)"] = float(
+            np.abs(outs["after"] - ref).max() / max(1.0, float(np.abs(ref).max())))
+        wall: dict[str, list[float]] = {k: [] for k in segs}
+        cpu: dict[str, list[float]] = {k: [] for k in segs}
+        for _ in range(repeats):
+            for label, seg in segs.items():
+                c0, t0 = time.process_time(), time.perf_counter()
+                seg.run(feeds, RunStats())
+                wall[label].append(time.perf_counter() - t0)
+                cpu[label].append(time.process_time() - c0)
+        for label in segs:
+            info[f"{label} wall ms"] = round(statistics.median(wall[label]) * 1e3, 1)
+            info[f"{label} cpu ms"] = round(statistics.median(cpu[label]) * 1e3, 1)
+        info["speed-up wall"] = round(info["before wall ms"] / info["after wall ms"], 2)
+        info["speed-up cpu"] = round(info["before cpu ms"] / info["after cpu ms"], 2)
+        for seg in segs.values():
+            seg.close()
+        results[name] = info
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--models", default="selfie,mobilenet,unet", help="comma list; empty for none")
     ap.add_argument("--no-kernels", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--session5-ab", action="store_true", help="the fifth session's kernels off vs on, per model")
     args = ap.parse_args(argv)
     report: dict[str, Any] = {}
+    if args.session5_ab:
+        report["models"] = session5_ab([m for m in args.models.split(",") if m], args.repeats)
+        args.no_kernels, args.models = True, ""
     p32, p16 = gles2.create("fp32"), gles2.create("fp16")
     if not args.no_kernels:
         report["fma peak GFLOP/s"] = round(peak_gflops(p32, args.repeats), 2)
