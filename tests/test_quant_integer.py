@@ -202,7 +202,8 @@ def test_qlinear_matmul_integer_form_matches_onnxruntime(path: str, engine: str 
     _assert_same_integers(sess, x, want)
 
 
-@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("gles3", None), ("gles31", None), ("vulkan", None)])
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("gles2", None), ("gles3", None), ("gles31", None),
+                                         ("vulkan", None)])
 def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str, engine: str | None) -> None:
     """DequantizeLinear -> Resize (linear, half_pixel, 2x) -> QuantizeLinear: every path sums
     the four products in onnxruntime's order with its border weights (numpy: fallback/resize.py
@@ -223,7 +224,11 @@ def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str, en
     model.ir_version = 9
     x = (rng.random((1, 16, 12, 12)) * 4).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
+    # gles2 has no Quantize/DequantizeLinear kernels: they run on the CPU, the Resize on gles2
+    sess = gpubackend.Session(model, path=path, fallback=path == "gles2", cpu_engine=engine)
+    if path == "gles2":
+        sess.run({"x": x})
+        assert "gles2=1" in sess.explain(), sess.explain()
     _assert_same_integers(sess, x, want)
 
 
@@ -294,3 +299,43 @@ def test_float_weights_after_a_dequantize_are_quantized_as_onnxruntime(op: str, 
     assert np.asarray(graph.dequantized[layer.inputs[1]].centered).dtype == np.int64
     sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
     _assert_same_integers(sess, x, want)
+
+
+@pytest.mark.parametrize("int_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool",
+                                "QLinearLeakyRelu"])
+def test_com_microsoft_elementwise_ops_match_onnxruntime(op: str, int_type: type) -> None:
+    """The com.microsoft ops run as DQ -> op -> Q (ops.quant.qoperators_as_qdq). onnxruntime's
+    MLAS kernels compute some of them in their own float form (QLinearAdd: two scale ratios and
+    a fused multiply-add; QLinearMul: the integer product times one ratio, plus the zero point,
+    then rounded), which can differ from DQ -> op -> Q on a rounding tie: at most one step, and
+    on random data with equal input scales (ties) on almost no output (measured: 1 QLinearMul
+    int8 output in 40960, none for the others)."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(29)
+    info = np.iinfo(int_type)
+    binary = op in ("QLinearAdd", "QLinearMul")
+    a_scale = np.float32(0.0213)
+    inits = {"as": a_scale, "az": int_type(info.min + 100), "bs": a_scale, "bz": int_type(info.min + 140),
+             "ys": np.float32(0.0391 if op != "QLinearMul" else 0.0713), "yz": int_type(info.min + 120)}
+    ins = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"] if binary else ["a", "as", "az", "ys", "yz"]
+    if not binary:
+        del inits["bs"], inits["bz"]
+    attrs = {"channels_last": 0} if op == "QLinearGlobalAveragePool" else {"alpha": 0.1} if "Leaky" in op else {}
+    dtype = TensorProto.UINT8 if int_type is np.uint8 else TensorProto.INT8
+    names = ["a", "b"] if binary else ["a"]
+    g = helper.make_graph([helper.make_node(op, ins, ["y"], domain="com.microsoft", **attrs)], "op",
+                          [helper.make_tensor_value_info(n, dtype, [2, 16, 8, 8]) for n in names],
+                          [helper.make_tensor_value_info("y", dtype, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 9
+    feeds = {n: rng.integers(info.min, info.max + 1, (2, 16, 8, 8)).astype(int_type) for n in names}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    sess = gpubackend.Session(model, path="cpu", cpu_engine="numpy", fallback=False)
+    try:
+        got = sess.run(feeds)[0]
+    finally:
+        sess.close()
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() <= 1 and np.mean(diff > 0) <= 1e-3, f"{int((diff > 0).sum())} outputs off, by up to {diff.max()}"

@@ -723,13 +723,19 @@ def gen_resize(node: Node, graph: Graph, cfg: Config) -> Kernel:
         lines.append(f"    float ix = clamp({rnd.format(v='fx')}, 0.0, {lit(W - 1)});")
         lines.append(f"    return {ld}(n, c, iy, ix);")
     else:
+        # onnxruntime's bilinear form (as gles3's resize.frag and the compute paths' taps): the
+        # coordinate clamped first (0.5 and 0.5 on one repeated pixel at the end) and the four
+        # products (wx * wy) * x summed in its order, so a quantized model's ties round as there
         lines += [f"    fy = clamp(fy, 0.0, {lit(H - 1)}); fx = clamp(fx, 0.0, {lit(W - 1)});",
-                  "    float y0 = floor(fy); float x0 = floor(fx);",
+                  f"    float y0 = min(floor(fy), {lit(H - 1)}); float x0 = min(floor(fx), {lit(W - 1)});",
                   f"    float y1 = min(y0 + 1.0, {lit(H - 1)}); float x1 = min(x0 + 1.0, {lit(W - 1)});",
-                  "    float dy = fy - y0; float dx = fx - x0;",
-                  f"    float top = {ld}(n, c, y0, x0) * (1.0 - dx) + {ld}(n, c, y0, x1) * dx;",
-                  f"    float bot = {ld}(n, c, y1, x0) * (1.0 - dx) + {ld}(n, c, y1, x1) * dx;",
-                  "    return top * (1.0 - dy) + bot * dy;"]
+                  "    float dy1 = y0 == y1 ? 0.5 : fy - y0; float dy2 = y0 == y1 ? 0.5 : y1 - fy;",
+                  "    float dx1 = x0 == x1 ? 0.5 : fx - x0; float dx2 = x0 == x1 ? 0.5 : x1 - fx;",
+                  f"    float r = (dx2 * dy2) * {ld}(n, c, y0, x0);",
+                  f"    r += (dx1 * dy2) * {ld}(n, c, y0, x1);",
+                  f"    r += (dx2 * dy1) * {ld}(n, c, y1, x0);",
+                  f"    r += (dx1 * dy1) * {ld}(n, c, y1, x1);",
+                  "    return r;"]
     lines.append("}")
     return g.finish("resize", "\n".join(lines), ys)
 
