@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from doc_markers import replace_between  # noqa: E402  (tools/ is on sys.path when run)
 
 from gpubackend import zoo  # noqa: E402
-from gpubackend.zoo.check import coverage, ort_session, rel_error  # noqa: E402
+from gpubackend.zoo.check import coverage, flat_outputs, ort_session, rel_error  # noqa: E402
 from gpubackend.zoo.inputs import make_input  # noqa: E402
 
 PATHS = ("cpu", "gles2", "gles3", "gles31", "vulkan")
@@ -76,6 +76,8 @@ def verdict(row: dict) -> str:
     if "failed" in row:
         return "FAILED"
     misses = []
+    if row.get("flat_outputs"):
+        misses.append("reference output flat (input not realistic)")
     if not row["error"] <= TOL[row["precision"]]:  # NaN included
         misses.append(f"error > {TOL[row['precision']]:g}")
     if row["path"] in ONE_SEGMENT_PATHS and row["segments"] > 1:
@@ -104,6 +106,8 @@ def measure(name: str, path: str, precision: str, small: bool, runs: int = 0) ->
     row: dict = {"model": name, "size": "x".join(map(str, x.shape)), "path": path, "precision": precision}
     ref_sess = ort_session(model)
     ref = ref_sess.run(None, feeds)
+    if flat_outputs(ref):
+        row["flat_outputs"] = [ref_sess.get_outputs()[i].name for i, _ in flat_outputs(ref)]
     t0 = time.perf_counter()
     try:
         with Session(str(zoo.fetch(name)), path=path, precision=precision, fallback=True) as sess:

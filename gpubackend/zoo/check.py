@@ -30,6 +30,23 @@ def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(diff / max(1.0, float(np.abs(ref[finite]).max())))
 
 
+# An output whose reference spans less than this is too flat for the error measure to mean
+# anything (a DBNet map of ~1e-6 everywhere matches any near-zero answer): the input is wrong.
+MIN_OUTPUT_SPREAD = 1e-2
+
+
+def flat_outputs(ref: list[np.ndarray]) -> list[tuple[int, float]]:
+    """(index, spread) of each reference output whose finite values span less than
+    MIN_OUTPUT_SPREAD (max - min)."""
+    flat = []
+    for i, r in enumerate(ref):
+        finite = np.asarray(r, dtype=np.float64)[np.isfinite(r)]
+        spread = float(finite.max() - finite.min()) if finite.size else 0.0
+        if spread < MIN_OUTPUT_SPREAD:
+            flat.append((i, spread))
+    return flat
+
+
 def ort_session(model: ZooModel):
     import onnxruntime as ort
 
