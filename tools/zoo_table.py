@@ -12,7 +12,8 @@ and a verdict against the issue's bars (fp32 <= 1e-4, fp16 <= 2e-2, one segment 
 and vulkan, >= 90% of the nodes on gles2). ``--small`` uses each model's reduced input size where
 the zoo defines one (the table names the size of every row). ``--json`` keeps the rows (written
 after every row, so a long run can be stopped and merged later); ``--merge`` adds rows of earlier
-runs (later rows win per model, size, path and precision); ``--write`` replaces the table between
+runs (later rows win per model, size, path and precision); ``--merge-doc`` starts from the rows
+already in docs/zoo.md (``--drop MODEL:SIZE`` leaves some out); ``--write`` replaces the table between
 the markers in docs/zoo.md. ``--time N`` adds the p50 of N runs after the first, and onnxruntime's
 p50 timed interleaved in the same process: only meaningful on a quiet machine.
 """
@@ -148,6 +149,40 @@ def cell(row: dict | None) -> str:
     return text
 
 
+def _parse_cell(cell_text: str) -> dict | None:
+    """The measured fields of one error cell of the docs table (``cell``'s inverse)."""
+    text = cell_text.strip().strip("*")
+    if text in ("-", "(fp32 only)"):
+        return None
+    if text.startswith("failed"):
+        return {"failed": text.split(": ", 1)[-1]}
+    text = text.split(": ", 1)[0]
+    err, _, worst = text.partition(" (")
+    return {"error": float(err), "worst_output": worst.rstrip(")") or ""}
+
+
+def rows_from_doc(doc: Path = DOC) -> list[dict]:
+    """The rows of the table in docs/zoo.md, so that a run of a few models or paths can be
+    merged into it (``--merge-doc``) instead of replacing the whole table."""
+    content = doc.read_text()
+    body = content.split(BEGIN, 1)[1].split(END, 1)[0]
+    rows = []
+    for line in body.strip().splitlines()[2:]:
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        model, size, path, nodes, segments = cols[:5]
+        for precision, text in (("fp32", cols[5]), ("fp16", cols[6])):
+            measured = _parse_cell(text)
+            if measured is None:
+                continue
+            row = {"model": model, "size": size, "path": path, "precision": precision, **measured}
+            if nodes != "-":
+                on_path, total = nodes.split("/")
+                row.update(on_path=int(on_path), nodes=int(total), segments=int(segments))
+            row["verdict"] = verdict(row)
+            rows.append(row)
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     """Markdown: one line per model, size and path; fp32 and fp16 side by side."""
     by = {_key(r): r for r in rows}
@@ -183,17 +218,23 @@ def main() -> int:
     ap.add_argument("--time", type=int, default=0, metavar="N", help="p50 of N timed runs (quiet machine only)")
     ap.add_argument("--json", type=Path, help="write the rows (measured and merged) here, after every row")
     ap.add_argument("--merge", type=Path, action="append", default=[], help="rows of an earlier --json run")
+    ap.add_argument("--merge-doc", action="store_true", help="start from the rows of the table in docs/zoo.md")
+    ap.add_argument("--drop", action="append", default=[], metavar="MODEL:SIZE",
+                    help="leave out merged rows of this model and input size (e.g. after its input changed)")
     ap.add_argument("--write", action="store_true", help="replace the table in docs/zoo.md")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m] or [m.name for m in zoo.MODELS]
     if args.record:
         zoo.fetch_all(models)
         record(models)
-    if not (args.table or args.merge):
+    if not (args.table or args.merge or args.merge_doc):
         return 0
-    rows = {}
+    rows = {_key(r): r for r in rows_from_doc()} if args.merge_doc else {}
     for saved in args.merge:
         rows.update({_key(r): r for r in json.loads(saved.read_text())})
+    for dropped in args.drop:
+        model, size = dropped.split(":")
+        rows = {k: r for k, r in rows.items() if (r["model"], r["size"]) != (model, size)}
     if args.table:
         zoo.fetch_all(models)
         for name in models:

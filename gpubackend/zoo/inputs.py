@@ -49,15 +49,16 @@ def _text_line(height: int, width: int) -> np.ndarray:
     return np.asarray(out)
 
 
-# A reduced input that fits is a window of the page drawn at this scale, over the title and the
+# A reduced input (``small``) is a window of the page drawn at this scale, over the title and the
 # first lines: the whole page shrunk to 64x96 leaves text too small to detect, and PP-OCRv4's
 # detector then outputs ~1e-6 everywhere, where any error looks fine.
 PAGE_WINDOW_SCALE = 0.5
 PAGE_WINDOW_TOP_LEFT = (10, 15)
 
 
-def _text_page(height: int, width: int) -> np.ndarray:
-    """A document page: a title, lines of text and the photo as a figure (or a window of it)."""
+def _text_page(height: int, width: int, window: bool = False) -> np.ndarray:
+    """A document page: a title, lines of text and the photo as a figure (``window``: a
+    height x width window of it at PAGE_WINDOW_SCALE, where it fits)."""
     from PIL import Image, ImageDraw
 
     page = Image.new("RGB", (608, 800), (250, 250, 246))
@@ -73,7 +74,7 @@ def _text_page(height: int, width: int) -> np.ndarray:
     draw.text((320, y + 70), "photo from skimage", fill=(25, 25, 25), font=_font(22))
     top, left = PAGE_WINDOW_TOP_LEFT
     window_h, window_w = round(page.height * PAGE_WINDOW_SCALE), round(page.width * PAGE_WINDOW_SCALE)
-    if top + height <= window_h and left + width <= window_w:
+    if window and top + height <= window_h and left + width <= window_w:
         scaled = page.resize((window_w, window_h), Image.BILINEAR)
         return np.asarray(scaled)[top:top + height, left:left + width]
     return np.asarray(page.resize((width, height), Image.BILINEAR))
@@ -92,8 +93,9 @@ def image_size(model: ZooModel, shape: tuple[int, ...]) -> tuple[int, int]:
     return shape[2], shape[3]
 
 
-def rgb_image(model: ZooModel, height: int, width: int) -> np.ndarray:
-    """The uint8 RGB picture (height x width x 3) for the model's input kind."""
+def rgb_image(model: ZooModel, height: int, width: int, small: bool = False) -> np.ndarray:
+    """The uint8 RGB picture (height x width x 3) for the model's input kind (``small``: for
+    its reduced input size)."""
     kind = model.input_kind
     if kind == "photo":
         return _resized(_photo(), height, width)
@@ -103,7 +105,7 @@ def rgb_image(model: ZooModel, height: int, width: int) -> np.ndarray:
     if kind == "text_line":
         return _text_line(height, width)
     if kind == "text_page":
-        return _text_page(height, width)
+        return _text_page(height, width, window=small)
     raise ValueError(f"unknown input kind {kind!r} for zoo model {model.name}")
 
 
@@ -111,7 +113,7 @@ def make_input(model: ZooModel, small: bool = False, batch: int | None = None) -
     """The feed dict for ``model`` at its full (or reduced, ``small``) input size."""
     shape = model.shape(small)
     height, width = image_size(model, shape)
-    img = rgb_image(model, height, width).astype(np.float32)
+    img = rgb_image(model, height, width, small=small and model.small_shape is not None).astype(np.float32)
     if model.channels == "BGR":
         img = img[..., ::-1]
     img = (img * np.float32(model.scale) - np.asarray(model.mean, np.float32)) / np.asarray(model.std, np.float32)
