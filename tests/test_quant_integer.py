@@ -85,6 +85,9 @@ def test_integer_conv_matches_onnxruntime_exactly(layer: tuple[onnx.ModelProto, 
         got = sess.run({"x": x})[0]
         if path != "cpu":
             assert "conv_q8" in sess.explain(verbose=True)
+            # Quantize x, center it, then the conv with Mul and Quantize fused into it
+            # (compute_quant.fuse_requantize); unfused it was 5 dispatches
+            assert sess.stats.dispatches == 3
     finally:
         sess.close()
     assert got.dtype == np.uint8

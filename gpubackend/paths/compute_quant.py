@@ -34,6 +34,7 @@ _WEIGHT_KERNELS = {
     "MatMul": [("matmul_q8", "matmul")],
 }
 INTEGER_OUTPUT_OPS = frozenset({"QuantizeLinear"})
+_REQUANT_SHADERS = frozenset({"compute/conv.comp", "compute/gemm.comp", "compute/depthwise.comp"})
 
 
 def pack_int8_words(q: np.ndarray) -> np.ndarray:
@@ -85,6 +86,66 @@ def _weight_candidate(name: str, float_gen: ck.Generator) -> ck.Generator:
         return [_quantize_weights(records[0], scale, name)]
 
     return gen
+
+
+# ---- the requantisation fused into the producing kernel ----------------------------------------
+def fuse_requantize(records: list[ck.Record], graph: Graph, keep: set[str]) -> list[ck.Record]:
+    """One pass per quantized layer instead of three: the integer form of a layer
+    (``ops.quant.requantize_in_integers``: an int8-weight kernel with scale 1, then ``Mul`` by the
+    multiplier per output channel, then ``QuantizeLinear`` at scale 1) becomes the int8-weight
+    kernel with ``QW`` 2, which adds the integer bias, multiplies, rounds half to even, adds the
+    zero point and saturates in its epilogue and writes the quantized tensor (the same float32
+    operations in the same order, so the same integers). The multiplier takes the place of the
+    weight scale (all ones) in the bias buffer, so the Mul's constant and the Quantize's
+    parameters leave the device. Applies where the sum and the product are read by nothing else
+    and are not in ``keep`` (tensors needed outside the segment)."""
+    readers: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        srcs = [r.src] if isinstance(r, ck.Alias) else [b.name for b in r.bindings if b.role == "in"]
+        for name in srcs:
+            readers.setdefault(name, []).append(i)
+    nodes = {n.name: n for n in graph.nodes}
+
+    def only_reader(name: str) -> ck.Kernel | None:
+        got = readers.get(name, [])
+        if name in keep or len(got) != 1 or not isinstance(records[got[0]], ck.Kernel):
+            return None
+        return records[got[0]]
+
+    out: list[ck.Record | None] = list(records)
+    for i, k in enumerate(records):
+        if (not isinstance(k, ck.Kernel) or k.shader not in _REQUANT_SHADERS or dict(k.defines).get("QW") != 1
+                or dict(k.defines).get("ACT", 0)):
+            continue
+        outs = [b for b in k.bindings if b.role == "out"]
+        mul = only_reader(outs[0].name) if len(outs) == 1 else None
+        if mul is None or mul.kernel != "binary" or mul.node != k.node + ops.quant.REQUANTIZE_SUFFIX:
+            continue
+        mul_node = nodes.get(mul.node)
+        mult = graph.constants.get(mul_node.inputs[1]) if mul_node is not None else None
+        quant = only_reader(mul.bindings[-1].name)
+        if mult is None or quant is None or quant.kernel != "quantize" or dict(quant.params)["per_axis"]:
+            continue
+        bias_scale = k.bindings[2].data
+        qp = quant.bindings[1].data
+        flat = np.asarray(mult, np.float32).reshape(-1)
+        scales = bias_scale[1::2].reshape(-1)
+        # weight scale 1 on the layer's channels (0 on padding lanes), Quantize at scale 1
+        if flat.size > scales.size or np.any(scales[:flat.size] != 1) or np.any(scales[flat.size:]) \
+                or not np.all(qp[0] == 1):
+            continue
+        lanes = np.zeros(scales.size, np.float32)
+        lanes[:flat.size] = flat
+        q = dict(quant.params)
+        head = np.array([[qp[1][0], q["lo"], q["hi"], 0]], np.float32)
+        requant = np.concatenate([head, np.stack([bias_scale[0::2], lanes.reshape(-1, 4)], axis=1).reshape(-1, 4)])
+        bindings = list(k.bindings)
+        bindings[2] = ck.Binding("const", f"{k.node}/requantize", requant, True)
+        bindings[bindings.index(outs[0])] = ck.Binding("out", quant.bindings[-1].name)
+        out[i] = replace(k, defines=tuple(sorted({**dict(k.defines), "QW": 2}.items())), bindings=tuple(bindings))
+        out[readers[outs[0].name][0]] = None
+        out[readers[mul.bindings[-1].name][0]] = None
+    return [r for r in out if r is not None]
 
 
 # ---- QuantizeLinear / DequantizeLinear ---------------------------------------------------------
@@ -140,14 +201,17 @@ def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[st
     """The shader variants the quantized generators emit (precompiled SPIR-V)."""
     out = []
     for prec in precisions:
+        for qw, acts in ((1, act_codes), (2, [0])):  # QW 2: fuse_requantize (no activation)
+            for act in acts:
+                for blocking in ck.default_blockings("conv"):
+                    out.append(("compute/conv.comp", ck._variant(prec, ACT=act, QW=qw, **dict(blocking))))
+                for blocking in ck.default_blockings("gemm"):
+                    out.append(("compute/gemm.comp", ck._variant(prec, ACT=act, QW=qw, **dict(blocking))))
+                out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW_BX, QW=qw)))
+                for stride in (1, 2):
+                    out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW3_BX, K3S=stride,
+                                                                      QW=qw)))
         for act in act_codes:
-            for blocking in ck.default_blockings("conv"):
-                out.append(("compute/conv.comp", ck._variant(prec, ACT=act, QW=1, **dict(blocking))))
-            for blocking in ck.default_blockings("gemm"):
-                out.append(("compute/gemm.comp", ck._variant(prec, ACT=act, QW=1, **dict(blocking))))
-            out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW_BX, QW=1)))
-            for stride in (1, 2):
-                out.append(("compute/depthwise.comp", ck._variant(prec, ACT=act, BX=ck.DW3_BX, K3S=stride, QW=1)))
             out.append(("compute/convtranspose.comp", ck._variant(prec, ACT=act, CB=ck.CONVT_CB, QW=1)))
         out.append(("compute/quantize.comp", ck._variant(prec)))
         out.append(("compute/quantize.comp", ck._variant(prec, DEQUANT=1)))
@@ -211,5 +275,5 @@ def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[s
 
 register(ck.REGISTRY)
 
-__all__ = ["INTEGER_OUTPUT_OPS", "canary", "pack_int8_words", "register", "unpack_int8_words", "variants",
-           "weight_bytes"]
+__all__ = ["INTEGER_OUTPUT_OPS", "canary", "fuse_requantize", "pack_int8_words", "register", "unpack_int8_words",
+           "variants", "weight_bytes"]

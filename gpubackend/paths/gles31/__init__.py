@@ -29,7 +29,7 @@ from capability_probe import cache, faults
 
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
-from .. import fp16_compute
+from .. import compute_quant, fp16_compute
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, poison_words, run_steps, time_steps
@@ -173,6 +173,7 @@ class Gles31Segment(Segment):
 
     def _build(self, graph: Graph, records: list[ck.Record], programs: ProgramCache, poison: bool) -> None:
         prec = self.precision
+        records = compute_quant.fuse_requantize(records, graph, set(self.outputs))
         records = ck.elide_concats(records, set(self.outputs))
         root: dict[str, str] = {}  # tensor -> the tensor whose buffer it uses
         for r in records:
@@ -414,7 +415,6 @@ def canary(precision: str = "fp32") -> float:
 
 def canary_int8(precision: str = "fp32") -> float:
     """The int8 kernels (packed int8 weights, Quantize/DequantizeLinear) against ``fallback``."""
-    from .. import compute_quant
 
     return compute_quant.canary(lambda nodes, graph, feeds, prec: run_nodes(nodes, graph, feeds, prec)[0], precision)
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
+from .. import compute_quant
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import Generated, KernelCache
 from .device import KEY, MAX_PUSH_BYTES, VkDevice, spirv_dir
@@ -120,6 +121,7 @@ class VulkanSegment(Segment):
         return ck.as_storage(packed, prec).reshape(-1).view(np.uint32 if prec == "fp16" else np.float32)
 
     def _lower(self, graph: Graph, records: list[ck.Record]) -> Program:
+        records = compute_quant.fuse_requantize(records, graph, set(self.outputs))
         elide = getattr(ck, "elide_concats", None)
         if elide is not None:  # producers write straight into a channel Concat's output
             records = elide(records, set(self.outputs))
