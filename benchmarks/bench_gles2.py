@@ -1,7 +1,7 @@
 """Benchmarks of the gles2 path (GL ES 2.0 fragment kernels on RGBA8 textures).
 
     python benchmarks/bench_gles2.py [--repeats 5] [--models selfie,mobilenet,unet] [--json]
-    python benchmarks/bench_gles2.py --session5-ab [--repeats 5] [--models selfie,mobilenet,unet]
+    python benchmarks/bench_gles2.py --session5-ab [--repeats 5] [--models selfie,mobilenet,unet,yolov8n]
 
 Reports medians of ``--repeats`` runs (the machine is noisy: compare ratios inside one run):
 * the FMA-only peak of a ``#version 100`` fragment shader on this driver, and per-kernel GFLOP/s
@@ -159,6 +159,11 @@ def _models(which: list[str]) -> dict[str, Any]:
         out["mobilenet_v2_like 224"] = models.mobilenet_v2_like()
     if "unet" in which:
         out["unet_like 256"] = models.unet_like()
+    if "yolov8n" in which:  # the zoo's copy (fetched by the zoo tests), input pinned to 320x320
+        proto = onnx.load(str(Path.home() / ".cache" / "gpubackend" / "zoo" / "models" / "yolov8n_nudenet.onnx"))
+        for dim, size in zip(proto.graph.input[0].type.tensor_type.shape.dim, (1, 3, 320, 320)):
+            dim.dim_value = size
+        out["yolov8n 320"] = proto
     return out
 
 
