@@ -124,20 +124,19 @@ def fuse_requantize(records: list[ck.Record], graph: Graph, keep: set[str]) -> l
         mul_node = nodes.get(mul.node)
         mult = graph.constants.get(mul_node.inputs[1]) if mul_node is not None else None
         quant = only_reader(mul.bindings[-1].name)
-        if mult is None or quant is None or quant.kernel != "quantize" or dict(quant.params)["per_axis"]:
+        if mult is None or quant is None or quant.kernel != "quantize" or dict(quant.defines).get("PER_AXIS"):
             continue
         bias_scale = k.bindings[2].data
-        qp = quant.bindings[1].data
+        q = dict(quant.params)
         flat = np.asarray(mult, np.float32).reshape(-1)
         scales = bias_scale[1::2].reshape(-1)
         # weight scale 1 on the layer's channels (0 on padding lanes), Quantize at scale 1
         if flat.size > scales.size or np.any(scales[:flat.size] != 1) or np.any(scales[flat.size:]) \
-                or not np.all(qp[0] == 1):
+                or q["scale"] != 1:
             continue
         lanes = np.zeros(scales.size, np.float32)
         lanes[:flat.size] = flat
-        q = dict(quant.params)
-        head = np.array([[qp[1][0], q["lo"], q["hi"], 0]], np.float32)
+        head = np.array([[q["zp"], q["lo"], q["hi"], 0]], np.float32)
         requant = np.concatenate([head, np.stack([bias_scale[0::2], lanes.reshape(-1, 4)], axis=1).reshape(-1, 4)])
         bindings = list(k.bindings)
         bindings[2] = ck.Binding("const", f"{k.node}/requantize", requant, True)
@@ -167,24 +166,23 @@ def _qdq(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
         if np.dtype(dt) != np.float32:
             raise Decline(f"{x!r} is {np.dtype(dt)}")
     c4s = ck.mem_dims(xs)[3]
-    n = len(rec.scale)
-    blocks = c4s if rec.axis is not None else 1
-    scale = np.ones(blocks * 4, np.float32)
-    zp = np.zeros(blocks * 4, np.float32)
-    scale[:n] = rec.scale
-    zp[:n] = rec.zero_point
-    if rec.axis is None:
-        scale[:], zp[:] = rec.scale[0], rec.zero_point[0]
-    qp = np.stack([scale.reshape(-1, 4), zp.reshape(-1, 4)], axis=1).reshape(-1, 4)
     total = ck.vec4_count(xs)
     groups, local = ck._grid_flat(total)
     extra = {} if rec.quantize else {"DEQUANT": 1}
-    params = (("total", total), ("c4s", c4s), ("c", ck.mem_dims(xs)[4]), ("per_axis", int(rec.axis is not None)),
-              ("lo", float(rec.lo)), ("hi", float(rec.hi)))
+    params = (("total", total), ("c4s", c4s), ("c", ck.mem_dims(xs)[4]), ("lo", float(rec.lo)), ("hi", float(rec.hi)),
+              ("scale", float(rec.scale[0])), ("zp", float(rec.zero_point[0])))
+    bindings: tuple[ck.Binding, ...] = (ck.Binding("in", x), ck.Binding("out", y))
+    if rec.axis is not None:  # per-axis scales in a buffer; per tensor they are two parameters
+        n = len(rec.scale)
+        scale = np.ones(c4s * 4, np.float32)
+        zp = np.zeros(c4s * 4, np.float32)
+        scale[:n] = rec.scale
+        zp[:n] = rec.zero_point
+        qp = np.stack([scale.reshape(-1, 4), zp.reshape(-1, 4)], axis=1).reshape(-1, 4)
+        bindings = (bindings[0], ck.Binding("const", f"{node.name}/qp", qp, True), bindings[1])
+        extra["PER_AXIS"] = 1
     return [ck.Kernel("quantize" if rec.quantize else "dequantize", "compute/quantize.comp",
-                      ck._variant(precision, **extra), params,
-                      (ck.Binding("in", x), ck.Binding("const", f"{node.name}/qp", qp, True), ck.Binding("out", y)),
-                      groups, local, node.name)]
+                      ck._variant(precision, **extra), params, bindings, groups, local, node.name)]
 
 
 def register(registry: dict[str, list[tuple[str, ck.Generator]]]) -> None:
@@ -213,8 +211,9 @@ def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[st
                                                                       QW=qw)))
         for act in act_codes:
             out.append(("compute/convtranspose.comp", ck._variant(prec, ACT=act, CB=ck.CONVT_CB, QW=1)))
-        out.append(("compute/quantize.comp", ck._variant(prec)))
-        out.append(("compute/quantize.comp", ck._variant(prec, DEQUANT=1)))
+        for per_axis in ({}, {"PER_AXIS": 1}):
+            out.append(("compute/quantize.comp", ck._variant(prec, **per_axis)))
+            out.append(("compute/quantize.comp", ck._variant(prec, DEQUANT=1, **per_axis)))
     return out
 
 

@@ -2,24 +2,31 @@
 // the integer values (exact in fp32, and in fp16 for 8-bit types).
 // DEQUANT undefined: y = clamp(roundEven(x / scale) + zero_point, lo, hi), NaN -> 0 (as the
 // reference); DEQUANT defined: y = (x - zero_point) * scale.
-// QP holds scale and zero point per channel block (scale at 2i, zero point at 2i + 1); per-tensor
-// parameters are one block (per_axis 0), per-axis ones follow the packed axis.
+// Per axis (PER_AXIS defined): QP holds scale and zero point per channel block along the packed
+// axis (scale at 2i, zero point at 2i + 1); per tensor they are the parameters scale and zp.
 #include "compute/prelude.glsl"
 
 PARAMS_BEGIN
-    int total; int c4s; int c; int per_axis; float lo; float hi;
+    int total; int c4s; int c; float lo; float hi; float scale; float zp;
 PARAMS_END
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#ifdef PER_AXIS
 layout(std430, binding = 1) readonly buffer QP { vec4 qp[]; };
 layout(std430, binding = 2) writeonly buffer Y { SVEC4 y[]; };
+#else
+layout(std430, binding = 1) writeonly buffer Y { SVEC4 y[]; };
+#endif
 
 void main() {
     int i = flat_id();
     if (i >= p.total) return;
     int c4 = i % p.c4s;
-    int k = c4 * p.per_axis;
-    vec4 scale = qp[2 * k], zp = qp[2 * k + 1];
+#ifdef PER_AXIS
+    vec4 scale = qp[2 * c4], zp = qp[2 * c4 + 1];
+#else
+    vec4 scale = vec4(p.scale), zp = vec4(p.zp);
+#endif
     vec4 v = LD(x, i);
 #ifdef DEQUANT
     vec4 r = (v - zp) * scale;
