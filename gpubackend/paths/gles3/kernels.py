@@ -146,6 +146,17 @@ def geometry(out: TexLayout, inputs: dict[str, TexLayout], lim: Limits) -> dict[
     return values
 
 
+# llvmpipe converts a fragment output to an RGBA16F target by truncation (toward zero), a biased
+# 1-ulp error that compounds layer after layer (PP-OCRv6 det at 64x96: 9.9e-2 on gles3 fp16
+# against an 8.5e-3 storage floor); packHalf2x16 rounds to nearest even, and a value it returns
+# is stored exactly. The runtime sets u_half16 per draw from the target's format.
+HALF_STORE = """uniform int u_half16;
+vec4 half_store(vec4 v) {
+    if (u_half16 == 0) return v;
+    return vec4(unpackHalf2x16(packHalf2x16(v.xy)), unpackHalf2x16(packHalf2x16(v.zw)));
+}"""
+
+
 def _source(body: str, out: TexLayout, inputs: dict[str, TexLayout], tiled: bool,
             defines: dict[str, object] | None = None, decls: str = "",
             uniforms: dict[str, int | float] | None = None) -> str:
@@ -166,7 +177,8 @@ def _source(body: str, out: TexLayout, inputs: dict[str, TexLayout], tiled: bool
     if tiled:
         parts.append("uniform ivec4 u_tile;  // n, g, x0, y0 of the output tile this draw covers")
     parts += [f"layout(location = {p}) out vec4 o_{p};" for p in range(out.planes)]
-    stores = " ".join(f"o_{p} = finish(r[{p}], g * R_OUT + {p});" for p in range(out.planes))
+    parts.append(HALF_STORE)
+    stores = " ".join(f"o_{p} = half_store(finish(r[{p}], g * R_OUT + {p}));" for p in range(out.planes))
     parts.append(f"#define STORE_OUTPUTS {stores}")
     if any(f"{prefix}_COLS" in uniforms for prefix in inputs):
         parts.append(UDIV)

@@ -174,6 +174,8 @@ class Gles3Segment(Segment):
         for name, value in k.uniforms.items():
             if name in members:
                 uniforms[name] = value
+        if "u_half16" in members:  # round to nearest before an RGBA16F target (kernels.HALF_STORE)
+            uniforms["u_half16"] = int(self.storage[step.node.outputs[0]].dtype == "f2")
         # Every uniform of a shared program must get this node's value at its draw, or it would
         # keep the value of whichever node drew last with the program.
         unset = [m for m in members if isinstance(prog[m], moderngl.Uniform) and m not in uniforms and m != "u_tile"]
