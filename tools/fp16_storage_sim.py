@@ -10,7 +10,8 @@ constant stored in fp16), while a figure above 2e-2 here means the model itself 
 fp16-safe on this input.
 
 ``python tools/fp16_storage_sim.py [--small] [--models a,b] [--keep-small N]``; ``--keep-small N``
-leaves tensors of at most N elements (squeeze-excite vectors, pooled features) in fp32.
+leaves tensors of at most N elements (squeeze-excite vectors, pooled features) in fp32;
+``--keep-small 4096`` is the floor under ``gpubackend.mixed_precision``'s rule.
 """
 
 from __future__ import annotations
