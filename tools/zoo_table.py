@@ -220,7 +220,7 @@ def main() -> int:
     ap.add_argument("--merge", type=Path, action="append", default=[], help="rows of an earlier --json run")
     ap.add_argument("--merge-doc", action="store_true", help="start from the rows of the table in docs/zoo.md")
     ap.add_argument("--drop", action="append", default=[], metavar="MODEL:SIZE",
-                    help="leave out merged rows of this model and input size (e.g. after its input changed)")
+                    help="with --merge-doc: leave out the doc's rows of this model and input size (its input changed)")
     ap.add_argument("--write", action="store_true", help="replace the table in docs/zoo.md")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m] or [m.name for m in zoo.MODELS]
@@ -229,12 +229,10 @@ def main() -> int:
         record(models)
     if not (args.table or args.merge or args.merge_doc):
         return 0
-    rows = {_key(r): r for r in rows_from_doc()} if args.merge_doc else {}
+    dropped = {tuple(d.split(":", 1)) for d in args.drop}
+    rows = {_key(r): r for r in (rows_from_doc() if args.merge_doc else []) if (r["model"], r["size"]) not in dropped}
     for saved in args.merge:
         rows.update({_key(r): r for r in json.loads(saved.read_text())})
-    for dropped in args.drop:
-        model, size = dropped.split(":")
-        rows = {k: r for k, r in rows.items() if (r["model"], r["size"]) != (model, size)}
     if args.table:
         zoo.fetch_all(models)
         for name in models:
