@@ -12,8 +12,9 @@ import pytest
 from test_ops import Case, _check, _node, _u
 
 import gpubackend
-from gpubackend import tuning
-from gpubackend.paths import compute_kernels  # noqa: F401 - registers the conv and gemm variants
+from gpubackend import fallback, tuning
+from gpubackend.graph import Graph, Node
+from gpubackend.paths import compute_kernels
 
 # Awkward shapes for every blocking: channel counts not a multiple of 4 * CB, widths not a
 # multiple of BX, batch 2, stride, dilation, groups, fused activations.
@@ -59,6 +60,33 @@ SG_SMALL = [("gemm", "px4cb4sg", _node("gemm_3x6x9_sg_fewer_rows_than_lanes", "g
 def test_subgroup_variant_with_fewer_items_than_lanes(unit: str, variant: str, case: Case) -> None:
     with tuning.forced(**{unit: variant}):
         _check(case, "vulkan", "fp32")
+
+
+# A STRIP variant (conv.comp's K3S) runs only on 3x3 undilated stride-1/2 layers: stride 2, a
+# width that leaves a partial pixel block, and a plane smaller than one SG group of 8 lanes.
+STRIP_CASES = [_node("conv3x3_stride2_w13_co10_strip", "conv", "Conv", [_u(1, 7, 9, 13), _u(10, 7, 3, 3), _u(10)],
+                     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "_act": ("Sigmoid", {})}),
+               _node("conv3x3_2x3_strip_fewer_pixels_than_lanes", "conv", "Conv", [_u(1, 5, 2, 3), _u(9, 5, 3, 3),
+                                                                                   _u(9)],
+                     {"kernel_shape": [3, 3], "pads": [0, 1, 2, 1]})]
+
+
+@pytest.mark.parametrize("variant", [v.name for v in compute_kernels.STRIP_VARIANTS])
+@pytest.mark.parametrize("case", STRIP_CASES, ids=[c.id for c in STRIP_CASES])
+@pytest.mark.parametrize("path", ["vulkan", pytest.param("gles31", marks=pytest.mark.slow)])
+def test_strip_variant_on_3x3_layers(variant: str, case: Case, path: str) -> None:
+    arrays = {**case.runtime, **case.consts}
+    ins = [arrays[n] for n in case.order]
+    out = fallback.run_node(case.op, ins, dict(case.attrs), case.opset)[0]
+    node = Node("n", case.op, list(case.order), ["y"], dict(case.attrs))
+    graph = Graph([node], list(case.runtime), ["y"], dict(case.consts),
+                  {n: a.shape for n, a in arrays.items()} | {"y": out.shape},
+                  {n: a.dtype for n, a in arrays.items()} | {"y": out.dtype}, case.opset,
+                  {n: a.shape for n, a in case.runtime.items()})
+    with tuning.forced(conv=variant):
+        _, records = compute_kernels.generate(node, graph)
+        _check(case, path, "fp32")
+    assert dict(records[0].defines)["K3S"] == case.attrs.get("strides", [1])[0]
 
 
 def test_every_registered_variant_is_tested() -> None:
@@ -141,7 +169,7 @@ def test_explain_names_the_tuned_variant(tmp_path, monkeypatch, path: str) -> No
     model = _conv_model()
     x = np.random.default_rng(0).standard_normal((1, 8, 10, 10)).astype(np.float32)
     table = tuning.load(path, gpubackend.probe().fingerprint)
-    default = tuning.units()["conv"].default_for(table.device_class).name  # lavapipe: bx4cb4sg
+    default = tuning.units()["conv"].default_for(table.device_class).name  # lavapipe: bx4cb4sgk3
     with gpubackend.Session(model, path=path, fallback=False) as sess:
         want = sess.run({"x": x})[0]
         assert f"variant: conv {default} x1 (default for " in sess.explain()

@@ -54,11 +54,34 @@ def _blocking_variants(px: str, subgroup: bool = False) -> list[tuning.Variant]:
     return out
 
 
+# STRIP (conv only): a 3x3 stride-1/2 undilated layer loads each input row strip once for its 3
+# horizontal taps (conv.comp's K3S); any other layer runs the same blocking without it.
+STRIP_VARIANTS = [tuning.Variant("bx8cb2k3", (("BX", 8), ("CB", 2), ("STRIP", 1))),
+                  tuning.Variant("bx4cb4sgk3", (("BX", 4), ("CB", 4), ("SG", 1), ("STRIP", 1))),
+                  tuning.Variant("bx8cb4sgk3", (("BX", 8), ("CB", 4), ("SG", 1), ("STRIP", 1)))]
+
+
+def _strip_stride(g: dict) -> int:
+    """conv.comp's K3S for this geometry: the stride of a 3x3 undilated conv with stride 1 or 2
+    in both axes, else 0 (no strip)."""
+    square = (g["kh"], g["kw"], g["dh"], g["dw"]) == (3, 3, 1, 1) and g["sh"] == g["sw"]
+    return g["sh"] if square and g["sh"] in (1, 2) else 0
+
+
+def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[str, int], ...]]:
+    """The shader defines a variant's ``defines`` compile to: a STRIP variant is its blocking
+    without the strip (layers it does not fit) and with K3S = 1 and 2."""
+    d = dict(defines)
+    if not d.pop("STRIP", 0):
+        return [defines]
+    return [tuple(sorted(d.items()))] + [tuple(sorted({**d, "K3S": s}.items())) for s in (1, 2)]
+
+
 # lavapipe compiles every storage-buffer load into a loop over the SIMD lanes, so the subgroup
 # broadcast of the weights nearly halves the conv and gemm time there (docs/performance.md,
-# "What lavapipe compiles the kernels into")
-tuning.register("conv", _blocking_variants("BX", subgroup=True),
-                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sg"})
+# "What lavapipe compiles the kernels into"); the strip of 3x3 layers cuts their input loads too
+tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3"})
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
                 {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg"})
 
@@ -70,7 +93,7 @@ def _sg_lanes(variant: tuning.Variant) -> int:
 def default_blockings(unit: str) -> list[tuple[tuple[str, int], ...]]:
     """The defines of every device class's default variant of ``unit`` (what runs untuned)."""
     u = tuning.units()[unit]
-    return sorted({u.default_for(cls).defines for cls in u.defaults})
+    return sorted({d for cls in u.defaults for d in shader_blockings(u.default_for(cls).defines)})
 
 
 DW_BX = 4
@@ -494,7 +517,10 @@ def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> lis
         cob = -(-co4 // cbk)
         groups, local = _grid_rows(g["oh"] * -(-g["ow"] // bx), cob, g["n"], choice.variant.local,
                                    _sg_lanes(choice.variant))
-        defines = _variant(precision, ACT=act, **dict(choice.variant.defines))
+        blocking = dict(choice.variant.defines)
+        if blocking.pop("STRIP", 0) and _strip_stride(g):
+            blocking["K3S"] = _strip_stride(g)
+        defines = _variant(precision, ACT=act, **blocking)
     params = tuple((k, g[k]) for k in ("n", "ih", "iw")) + (("ci4", ci4),) + tuple(
         (k, g[k]) for k in ("oh", "ow")) + (("co4", co4), ("co", g["co"])) + tuple(
         (k, g[k]) for k in ("kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw")) + (
@@ -945,7 +971,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     for prec in PRECISIONS:
         for act in fused:
             for unit, shader in (("conv", "compute/conv.comp"), ("gemm", "compute/gemm.comp")):
-                blockings = sorted({v.defines for v in tuning.variants(unit)})
+                blockings = sorted({d for v in tuning.variants(unit) for d in shader_blockings(v.defines)})
                 out += [(shader, _variant(prec, ACT=act, **dict(d))) for d in blockings]
             out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW_BX)))
             for stride in (1, 2):

@@ -4,8 +4,13 @@
 // Weights: [co4][ky][kx][ci4] blocks of 4 vec4 (one vec4 of 4 output channels per input lane),
 // co4 padded with zero blocks to a multiple of CB.
 // Dispatch: x over pixel blocks (row-major, BX pixels each), workgroup y = output block, z =
-// batch, so the weight index is uniform in a workgroup: software drivers (llvmpipe) then load
-// each weight once per SIMD group instead of once per lane (measured 1.7x).
+// batch, so the weight index is the same in every lane of a workgroup. That does not make the
+// load cheaper on Mesa 22.3: llvmpipe and lavapipe compile every storage-buffer load into a loop
+// over the SIMD lanes whatever its index (docs/performance.md, "What lavapipe / llvmpipe compile
+// the kernels into"); hence SG below, and K3S.
+// K3S (3x3, dilation 1, stride K3S in both axes): per kernel row and input block, the SPAN input
+// pixels that the BX outputs read are loaded once and feed all 3 horizontal taps (SPAN loads
+// instead of 3 * BX: input loads, not multiply/adds, bound the software drivers).
 // SG (Vulkan only; GL ignores it): as in gemm.comp, each of 8 lanes loads a different weight vec4
 // and subgroupBroadcast hands them to all lanes; every lane then stays active (no early return,
 // rows outside the input read clamped and zeroed) since a broadcast reads the other lanes.
@@ -18,7 +23,7 @@
 #define SG_BLOCK(c, h, o) { \
     vec4 w0 = subgroupBroadcast(wl[h], o), w1 = subgroupBroadcast(wl[h], o + 1u); \
     vec4 w2 = subgroupBroadcast(wl[h], o + 2u), w3 = subgroupBroadcast(wl[h], o + 3u); \
-    for (int i = 0; i < BX; i++) acc[c * BX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3; }
+    for (int i = 0; i < BX; i++) { vec4 xi = XV(i); acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; } }
 #endif
 #include "compute/prelude.glsl"
 #ifndef BX
@@ -44,6 +49,12 @@ layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
 #include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
+#ifdef K3S
+#define SPAN ((BX - 1) * K3S + 3)
+#define XV(i) xs[(i) * K3S + kx]
+#else
+#define XV(i) xv[i]
+#endif
 void main() {
     int owb = (p.ow + BX - 1) / BX;
     int pb = int(gl_GlobalInvocationID.x);
@@ -66,6 +77,61 @@ void main() {
         for (int i = 0; i < BX; i++) acc[c * BX + i] = b;
     }
     int wstride = p.kh * p.kw * p.ci4 * 4;  // one co4 block of weights
+#ifdef K3S
+    int ixb = ox0 * K3S - p.pl;
+    for (int ky = 0; ky < 3; ky++) {
+        int iy = oy * K3S - p.pt + ky;
+#ifdef SG_ON
+        bool oky = iy >= 0 && iy < p.ih;  // no divergent continue: the broadcast needs every lane
+        if (!sg && !oky) continue;
+        iy = clamp(iy, 0, p.ih - 1);
+#else
+        bool oky = true;
+        if (iy < 0 || iy >= p.ih) continue;
+#endif
+        int row = (n * p.ih + iy) * p.iw;
+        int ix[SPAN];
+        bool ok[SPAN];
+        for (int j = 0; j < SPAN; j++) {
+            int xx = ixb + j;
+            ok[j] = oky && xx >= 0 && xx < p.iw;
+            ix[j] = (row + clamp(xx, 0, p.iw - 1)) * p.ci4;
+        }
+        int wb = (co4_0 * 9 + ky * 3) * p.ci4 * 4;
+        for (int c4 = 0; c4 < p.ci4; c4++) {
+            vec4 xs[SPAN];
+#ifdef SG_ON
+            if (sg) {
+                for (int j = 0; j < SPAN; j++) {
+                    vec4 v = LD(x, ix[j] + c4);  // clamped address: loaded by every lane, then zeroed
+                    xs[j] = ok[j] ? v : vec4(0.0);
+                }
+                for (int kx = 0; kx < 3; kx++) {
+                    int wk = wb + kx * p.ci4 * 4 + c4 * 4;
+                    vec4 wl[CB / 2];  // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
+                    for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wk + (2 * h + lane / 4) * wstride + lane % 4);
+                    SG_BLOCK(0, 0, 0u) SG_BLOCK(1, 0, 4u)
+#if CB == 4
+                    SG_BLOCK(2, 1, 0u) SG_BLOCK(3, 1, 4u)
+#endif
+                }
+                continue;
+            }
+#endif
+            for (int j = 0; j < SPAN; j++) xs[j] = ok[j] ? LD(x, ix[j] + c4) : vec4(0.0);
+            for (int kx = 0; kx < 3; kx++) {
+                for (int c = 0; c < CB; c++) {
+                    int wi = wb + c * wstride + kx * p.ci4 * 4 + c4 * 4;
+                    vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
+                    for (int i = 0; i < BX; i++) {
+                        vec4 xi = XV(i);
+                        acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3;
+                    }
+                }
+            }
+        }
+    }
+#else
     for (int ky = 0; ky < p.kh; ky++) {
         int iy = oy * p.sh - p.pt + ky * p.dh;
 #ifdef SG_ON
@@ -115,6 +181,7 @@ void main() {
             }
         }
     }
+#endif
     for (int c = 0; c < CB; c++) {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
