@@ -40,10 +40,16 @@ class SpirvBuildError(RuntimeError):
     """glslangValidator is missing or rejected a shader."""
 
 
+# Defines that select a GL ES-only form (TEXW: weights through a buffer texture,
+# compute/weights.glsl); the Vulkan source ignores them, so a variant with one is the same binary.
+GL_ONLY_DEFINES = frozenset({"TEXW"})
+
+
 def normalize(defines: Mapping[str, object] | Iterable[tuple[str, object]] | None) -> tuple[tuple[str, str], ...]:
-    """A canonical, hashable form of a define set (sorted; values as GLSL text, True -> "1")."""
+    """A canonical, hashable form of a define set (sorted; values as GLSL text, True -> "1";
+    without the GL-only defines)."""
     items = dict(defines or {}).items()
-    return tuple(sorted((str(k), "1" if v is True else str(v)) for k, v in items))
+    return tuple(sorted((str(k), "1" if v is True else str(v)) for k, v in items if k not in GL_ONLY_DEFINES))
 
 
 def spv_name(shader: str, defines: Mapping[str, object] | Iterable[tuple[str, object]] | None = None) -> str:

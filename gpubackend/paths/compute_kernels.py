@@ -51,6 +51,8 @@ def _blocking_variants(px: str, subgroup: bool = False) -> list[tuning.Variant]:
     if subgroup:  # SG: each weight vec4 loaded by one of 8 lanes and broadcast (Vulkan; GL ignores SG)
         out += [tuning.Variant(f"{px.lower()}{b}cb{c}sg", ((px, b), ("CB", c), ("SG", 1)))
                 for b, c in ((8, 2), (8, 4), (4, 4))]
+    # TEXW: the weights read through a buffer texture (GL ES only; the Vulkan build drops the define)
+    out += [tuning.Variant(f"{px.lower()}4cb4tex", ((px, 4), ("CB", 4), ("TEXW", 1)))]
     return out
 
 
@@ -77,13 +79,15 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
     return [tuple(sorted(d.items()))] + [tuple(sorted({**d, "K3S": s}.items())) for s in (1, 2)]
 
 
-# lavapipe compiles every storage-buffer load into a loop over the SIMD lanes, so the subgroup
-# broadcast of the weights nearly halves the conv and gemm time there (docs/performance.md,
-# "What lavapipe compiles the kernels into"); the strip of 3x3 layers cuts their input loads too
+# lavapipe and llvmpipe compile every storage-buffer load into a loop over the SIMD lanes, so the
+# subgroup broadcast of the weights nearly halves the conv and gemm time on lavapipe (the strip of
+# 3x3 layers cuts their input loads too), and reading them through a buffer texture (vectorised
+# fetches) divides it by about 3 on llvmpipe's GL ES (docs/performance.md, "What lavapipe
+# compiles the kernels into")
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
-                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3"})
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"})
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
-                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg"})
+                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"})
 
 
 def _sg_lanes(variant: tuning.Variant) -> int:

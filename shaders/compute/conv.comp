@@ -25,6 +25,9 @@
     vec4 w2 = subgroupBroadcast(wl[h], o + 2u), w3 = subgroupBroadcast(wl[h], o + 3u); \
     for (int i = 0; i < BX; i++) { vec4 xi = XV(i); acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; } }
 #endif
+#if defined(TEXW) && !defined(VULKAN)
+#extension GL_EXT_texture_buffer : require
+#endif
 #include "compute/prelude.glsl"
 #ifndef BX
 #define BX 4

@@ -20,6 +20,16 @@ layout(std430, binding = 2) readonly buffer B { vec4 bias_scale[]; };
 #else
 #define ACC_DONE(acc, i) ((acc) * bias_scale[2 * (i) + 1] + bias_scale[2 * (i)])
 #endif
+#elif defined(TEXW) && !defined(VULKAN)
+// TEXW (GL ES only; Vulkan ignores it): the same buffer read as an RGBA32F buffer texture bound
+// at texture unit 1 (GL_EXT_texture_buffer, enabled by the kernel's first line). llvmpipe
+// compiles an SSBO load into a loop over the 8 SIMD lanes with a bounds check per component,
+// a texelFetch into its vectorised texture path (docs/performance.md).
+layout(binding = 1) uniform highp samplerBuffer w_tex;
+layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+#define WLOAD(i) texelFetch(w_tex, i)
+#define ACC_INIT(i) bias[i]
+#define ACC_DONE(acc, i) (acc)
 #else
 layout(std430, binding = 1) readonly buffer W { vec4 w[]; };
 layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -81,6 +82,7 @@ class ProgramCache:
         self.stats = {"compiled": 0, "from_binary": 0, "binary_saved": 0}
         self.binary_note = ""
         self.dir: FsPath | None = None
+        self.max_texture_buffer_texels = self.gl.max_texture_buffer_texels()  # TEXW kernels
         formats = self.gl.binary_formats()
         if not formats:
             self.binary_note = "the driver offers no GL_PROGRAM_BINARY_FORMATS: program binaries are not persisted"
@@ -133,13 +135,30 @@ def device_and_programs() -> tuple[Any, ProgramCache]:
     return dev, programs
 
 
+class _BufferTexture:
+    """A buffer texture over a weight buffer (``TEXW`` kernels), released with ``glDeleteTextures``."""
+
+    def __init__(self, gl: Any, buffer: int):
+        self.gl, self.glo = gl, gl.buffer_texture(buffer)
+
+    def release(self) -> None:
+        if self.glo:
+            self.gl.delete_texture(self.glo)
+            self.glo = 0
+
+
+# A TEXW kernel (compute/weights.glsl) reads binding 1, its weights, through a buffer texture at
+# texture unit 1.
+TEXW_BINDING = 1
+
+
 class _Dispatch:
-    __slots__ = ("program", "buffers", "ubo", "groups", "kernel", "node")
+    __slots__ = ("program", "buffers", "ubo", "groups", "kernel", "node", "texture")
 
     def __init__(self, program: GLProgram, buffers: list[Any], ubo: Any, groups: tuple[int, int, int], kernel: str,
-                 node: str):
+                 node: str, texture: int = 0):
         self.program, self.buffers, self.ubo, self.groups = program, buffers, ubo, groups
-        self.kernel, self.node = kernel, node
+        self.kernel, self.node, self.texture = kernel, node, texture
 
 
 _BARRIER = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
@@ -256,8 +275,19 @@ class Gles31Segment(Segment):
                 else:
                     bound.append(buffers[rt(b.name)] if b.name not in graph.constants else buffers[b.name])
             ubo = self._alloc(0, np.frombuffer(ck.pack_params(r), np.uint8))
+            texture = 0
+            if dict(r.defines).get("TEXW") and not dict(r.defines).get("QW"):
+                if bound[TEXW_BINDING].size // 16 <= programs.max_texture_buffer_texels:
+                    tex = _BufferTexture(self.gl, bound[TEXW_BINDING].glo)
+                    self._owned.append(tex)
+                    texture = tex.glo
+                else:  # no buffer textures, or too many weights for one: the storage-buffer form
+                    r = replace(r, defines=tuple(d for d in r.defines if d[0] != "TEXW"))
+                    self.notes.append(f"{r.node}: {r.kernel} {r.variant} reads its weights as a storage buffer "
+                                      f"(over GL_MAX_TEXTURE_BUFFER_SIZE {programs.max_texture_buffer_texels})")
             prog = programs.get(ck.glsl_source(r, "gles31"))
-            self.dispatches.append(_Dispatch(prog, [b.glo for b in bound], ubo.glo, r.groups, r.kernel, r.node))
+            self.dispatches.append(_Dispatch(prog, [b.glo for b in bound], ubo.glo, r.groups, r.kernel, r.node,
+                                             texture))
             self.kernel_counts[r.kernel] = self.kernel_counts.get(r.kernel, 0) + 1
         self._output_buffers = {n: buffers[rt(n)] for n in self.outputs}
 
@@ -305,6 +335,9 @@ class Gles31Segment(Segment):
         for i, glo in enumerate(d.buffers):
             g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, i, glo)
         g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
+        if d.texture:
+            g.glActiveTexture(rawgl.TEXTURE0 + TEXW_BINDING)
+            g.glBindTexture(rawgl.TEXTURE_BUFFER, d.texture)
         g.dispatch_compute(*d.groups)
         g.memory_barrier(_BARRIER)
         stats.dispatches += 1

@@ -19,6 +19,11 @@ NUM_PROGRAM_BINARY_FORMATS = 0x87FE
 PROGRAM_BINARY_FORMATS = 0x87FF
 PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
 VENDOR, RENDERER, VERSION = 0x1F00, 0x1F01, 0x1F02
+TEXTURE_BUFFER = 0x8C2A
+MAX_TEXTURE_BUFFER_SIZE = 0x8C2B
+TEXTURE0 = 0x84C0
+RGBA32F = 0x8814
+TEXTURE_FETCH_BARRIER_BIT = 0x0008
 
 _u, _i, _p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -36,6 +41,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "glGetString": (ctypes.c_char_p, [_u]),
     "glGetError": (_u, []),
     "glFinish": (None, []),
+    "glGenTextures": (None, [_i, ctypes.POINTER(_u)]),
+    "glDeleteTextures": (None, [_i, ctypes.POINTER(_u)]),
+    "glBindTexture": (None, [_u, _u]),
+    "glActiveTexture": (None, [_u]),
+    "glTexBuffer": (None, [_u, _u, _u]),
 }
 
 
@@ -89,6 +99,30 @@ class GL:
             return self._procs[fn]
         except KeyError:
             raise AttributeError(fn) from None
+
+    # ---- buffer textures ----------------------------------------------------------------------
+    def max_texture_buffer_texels(self) -> int:
+        """GL_MAX_TEXTURE_BUFFER_SIZE, or 0 where the driver has no buffer textures."""
+        if not all(self.has(f) for f in ("glTexBuffer", "glGenTextures", "glBindTexture", "glActiveTexture",
+                                          "glGetIntegerv", "glGetError")):
+            return 0
+        n = _i(0)
+        self.glGetIntegerv(MAX_TEXTURE_BUFFER_SIZE, ctypes.byref(n))
+        self.glGetError()  # clear a GL_INVALID_ENUM where the limit is unknown
+        return max(0, n.value)
+
+    def buffer_texture(self, buffer: int) -> int:
+        """A new RGBA32F buffer texture over the whole of ``buffer`` (no copy: it reads the buffer)."""
+        tex = _u(0)
+        self.glGenTextures(1, ctypes.byref(tex))
+        self.glBindTexture(TEXTURE_BUFFER, tex.value)
+        self.glTexBuffer(TEXTURE_BUFFER, RGBA32F, buffer)
+        self.glBindTexture(TEXTURE_BUFFER, 0)
+        return int(tex.value)
+
+    def delete_texture(self, tex: int) -> None:
+        t = _u(tex)
+        self.glDeleteTextures(1, ctypes.byref(t))
 
     # ---- program binaries ---------------------------------------------------------------------
     def binary_formats(self) -> list[int]:
