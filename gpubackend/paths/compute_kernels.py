@@ -51,8 +51,10 @@ def _blocking_variants(px: str, subgroup: bool = False) -> list[tuning.Variant]:
     if subgroup:  # SG: each weight vec4 loaded by one of 8 lanes and broadcast (Vulkan; GL ignores SG)
         out += [tuning.Variant(f"{px.lower()}{b}cb{c}sg", ((px, b), ("CB", c), ("SG", 1)))
                 for b, c in ((8, 2), (8, 4), (4, 4))]
-    # TEXW: the weights read through a buffer texture (GL ES only; the Vulkan build drops the define)
-    out += [tuning.Variant(f"{px.lower()}4cb4tex", ((px, 4), ("CB", 4), ("TEXW", 1)))]
+    # TEX: the weights (TEXW) and the input (TEXX) read through buffer textures (GL ES only; the
+    # Vulkan build drops both defines)
+    out += [tuning.Variant(f"{px.lower()}{b}cb{c}tex", ((px, b), ("CB", c), ("TEXW", 1), ("TEXX", 1)))
+            for b, c in ((4, 4), (8, 2))]
     return out
 
 
@@ -81,8 +83,8 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 
 # lavapipe and llvmpipe compile every storage-buffer load into a loop over the SIMD lanes, so the
 # subgroup broadcast of the weights nearly halves the conv and gemm time on lavapipe (the strip of
-# 3x3 layers cuts their input loads too), and reading them through a buffer texture (vectorised
-# fetches) divides it by about 3 on llvmpipe's GL ES (docs/performance.md, "What lavapipe
+# 3x3 layers cuts their input loads too), and reading weights and input through buffer textures
+# (vectorised fetches) divides it by 8-10 on llvmpipe's GL ES (docs/performance.md, "What lavapipe
 # compiles the kernels into")
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
                 {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"})

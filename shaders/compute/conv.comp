@@ -25,7 +25,7 @@
     vec4 w2 = subgroupBroadcast(wl[h], o + 2u), w3 = subgroupBroadcast(wl[h], o + 3u); \
     for (int i = 0; i < BX; i++) { vec4 xi = XV(i); acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; } }
 #endif
-#if defined(TEXW) && !defined(VULKAN)
+#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
 #extension GL_EXT_texture_buffer : require
 #endif
 #include "compute/prelude.glsl"
@@ -48,7 +48,7 @@ PARAMS_END
 #define ACT_P1 p.act1
 #include "common/elementwise.glsl"
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 #include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
@@ -106,7 +106,7 @@ void main() {
 #ifdef SG_ON
             if (sg) {
                 for (int j = 0; j < SPAN; j++) {
-                    vec4 v = LD(x, ix[j] + c4);  // clamped address: loaded by every lane, then zeroed
+                    vec4 v = LDX(ix[j] + c4);  // clamped address: loaded by every lane, then zeroed
                     xs[j] = ok[j] ? v : vec4(0.0);
                 }
                 for (int kx = 0; kx < 3; kx++) {
@@ -121,7 +121,7 @@ void main() {
                 continue;
             }
 #endif
-            for (int j = 0; j < SPAN; j++) xs[j] = ok[j] ? LD(x, ix[j] + c4) : vec4(0.0);
+            for (int j = 0; j < SPAN; j++) xs[j] = ok[j] ? LDX(ix[j] + c4) : vec4(0.0);
             for (int kx = 0; kx < 3; kx++) {
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + kx * p.ci4 * 4 + c4 * 4;
@@ -162,7 +162,7 @@ void main() {
 #ifdef SG_ON
                 if (sg) {
                     for (int i = 0; i < BX; i++) {
-                        vec4 v = LD(x, ix[i] + c4);  // clamped address: loaded by every lane, then zeroed
+                        vec4 v = LDX(ix[i] + c4);  // clamped address: loaded by every lane, then zeroed
                         xv[i] = ok[i] ? v : vec4(0.0);
                     }
                     vec4 wl[CB / 2];  // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
@@ -174,7 +174,7 @@ void main() {
                     continue;
                 }
 #endif
-                for (int i = 0; i < BX; i++) xv[i] = ok[i] ? LD(x, ix[i] + c4) : vec4(0.0);
+                for (int i = 0; i < BX; i++) xv[i] = ok[i] ? LDX(ix[i] + c4) : vec4(0.0);
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
                     vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);

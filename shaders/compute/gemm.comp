@@ -19,7 +19,7 @@
     vec4 w2 = subgroupBroadcast(wl[h], o + 2u), w3 = subgroupBroadcast(wl[h], o + 3u); \
     for (int i = 0; i < PX; i++) acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3; }
 #endif
-#if defined(TEXW) && !defined(VULKAN)
+#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
 #extension GL_EXT_texture_buffer : require
 #endif
 #include "compute/prelude.glsl"
@@ -39,7 +39,7 @@ PARAMS_END
 #define ACT_P1 p.act1
 #include "common/elementwise.glsl"
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 #include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
@@ -65,7 +65,7 @@ void main() {
     int wstride = p.ci4 * 4;
     for (int c4 = 0; c4 < p.ci4; c4++) {
         vec4 xv[PX];
-        for (int i = 0; i < PX; i++) xv[i] = LD(x, xr[i] + c4);
+        for (int i = 0; i < PX; i++) xv[i] = LDX(xr[i] + c4);
 #ifdef SG_ON
         if (sg) {
             vec4 wl[CB / 2];  // round h: lane l holds vec4 l % 4 of output block 2h + l / 4

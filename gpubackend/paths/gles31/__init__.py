@@ -136,10 +136,10 @@ def device_and_programs() -> tuple[Any, ProgramCache]:
 
 
 class _BufferTexture:
-    """A buffer texture over a weight buffer (``TEXW`` kernels), released with ``glDeleteTextures``."""
+    """A buffer texture over a buffer a TEXW / TEXX kernel reads, released with ``glDeleteTextures``."""
 
-    def __init__(self, gl: Any, buffer: int):
-        self.gl, self.glo = gl, gl.buffer_texture(buffer)
+    def __init__(self, gl: Any, buffer: int, internal_format: int):
+        self.gl, self.glo = gl, gl.buffer_texture(buffer, internal_format)
 
     def release(self) -> None:
         if self.glo:
@@ -147,21 +147,21 @@ class _BufferTexture:
             self.glo = 0
 
 
-# A TEXW kernel (compute/weights.glsl) reads binding 1, its weights, through a buffer texture at
-# texture unit 1.
-TEXW_BINDING = 1
+# Kernels that read a binding through a buffer texture (compute/weights.glsl, input_x.glsl):
+# define -> the binding, which is also its texture unit. The weights are always fp32 vec4s.
+TEXTURE_BINDINGS = {"TEXW": 1, "TEXX": 0}
 
 
 class _Dispatch:
-    __slots__ = ("program", "buffers", "ubo", "groups", "kernel", "node", "texture")
+    __slots__ = ("program", "buffers", "ubo", "groups", "kernel", "node", "textures")
 
     def __init__(self, program: GLProgram, buffers: list[Any], ubo: Any, groups: tuple[int, int, int], kernel: str,
-                 node: str, texture: int = 0):
+                 node: str, textures: tuple[tuple[int, int], ...] = ()):
         self.program, self.buffers, self.ubo, self.groups = program, buffers, ubo, groups
-        self.kernel, self.node, self.texture = kernel, node, texture
+        self.kernel, self.node, self.textures = kernel, node, textures  # (unit, texture)
 
 
-_BARRIER = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
+_BARRIER = rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT | rawgl.TEXTURE_FETCH_BARRIER_BIT
 
 
 def _node_of(d: _Dispatch) -> str:
@@ -275,19 +275,23 @@ class Gles31Segment(Segment):
                 else:
                     bound.append(buffers[rt(b.name)] if b.name not in graph.constants else buffers[b.name])
             ubo = self._alloc(0, np.frombuffer(ck.pack_params(r), np.uint8))
-            texture = 0
-            if dict(r.defines).get("TEXW") and not dict(r.defines).get("QW"):
-                if bound[TEXW_BINDING].size // 16 <= programs.max_texture_buffer_texels:
-                    tex = _BufferTexture(self.gl, bound[TEXW_BINDING].glo)
+            textures = []
+            for define, binding in TEXTURE_BINDINGS.items():
+                if not dict(r.defines).get(define) or dict(r.defines).get("QW"):
+                    continue
+                fmt = rawgl.RG32UI if define == "TEXX" and prec == "fp16" else rawgl.RGBA32F
+                texels = bound[binding].size // (8 if fmt == rawgl.RG32UI else 16)
+                if texels <= programs.max_texture_buffer_texels:
+                    tex = _BufferTexture(self.gl, bound[binding].glo, fmt)
                     self._owned.append(tex)
-                    texture = tex.glo
-                else:  # no buffer textures, or too many weights for one: the storage-buffer form
-                    r = replace(r, defines=tuple(d for d in r.defines if d[0] != "TEXW"))
-                    self.notes.append(f"{r.node}: {r.kernel} {r.variant} reads its weights as a storage buffer "
+                    textures.append((binding, tex.glo))
+                else:  # no buffer textures, or too large a buffer for one: the storage-buffer form
+                    r = replace(r, defines=tuple(d for d in r.defines if d[0] != define))
+                    self.notes.append(f"{r.node}: {r.kernel} {r.variant} reads binding {binding} as a storage buffer "
                                       f"(over GL_MAX_TEXTURE_BUFFER_SIZE {programs.max_texture_buffer_texels})")
             prog = programs.get(ck.glsl_source(r, "gles31"))
             self.dispatches.append(_Dispatch(prog, [b.glo for b in bound], ubo.glo, r.groups, r.kernel, r.node,
-                                             texture))
+                                             tuple(textures)))
             self.kernel_counts[r.kernel] = self.kernel_counts.get(r.kernel, 0) + 1
         self._output_buffers = {n: buffers[rt(n)] for n in self.outputs}
 
@@ -335,9 +339,9 @@ class Gles31Segment(Segment):
         for i, glo in enumerate(d.buffers):
             g.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, i, glo)
         g.bind_buffer_base(rawgl.UNIFORM_BUFFER, 0, d.ubo)
-        if d.texture:
-            g.glActiveTexture(rawgl.TEXTURE0 + TEXW_BINDING)
-            g.glBindTexture(rawgl.TEXTURE_BUFFER, d.texture)
+        for unit, tex in d.textures:
+            g.glActiveTexture(rawgl.TEXTURE0 + unit)
+            g.glBindTexture(rawgl.TEXTURE_BUFFER, tex)
         g.dispatch_compute(*d.groups)
         g.memory_barrier(_BARRIER)
         stats.dispatches += 1

@@ -23,6 +23,7 @@ TEXTURE_BUFFER = 0x8C2A
 MAX_TEXTURE_BUFFER_SIZE = 0x8C2B
 TEXTURE0 = 0x84C0
 RGBA32F = 0x8814
+RG32UI = 0x823C
 TEXTURE_FETCH_BARRIER_BIT = 0x0008
 
 _u, _i, _p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
@@ -111,12 +112,12 @@ class GL:
         self.glGetError()  # clear a GL_INVALID_ENUM where the limit is unknown
         return max(0, n.value)
 
-    def buffer_texture(self, buffer: int) -> int:
-        """A new RGBA32F buffer texture over the whole of ``buffer`` (no copy: it reads the buffer)."""
+    def buffer_texture(self, buffer: int, internal_format: int = RGBA32F) -> int:
+        """A new buffer texture over the whole of ``buffer`` (no copy: it reads the buffer)."""
         tex = _u(0)
         self.glGenTextures(1, ctypes.byref(tex))
         self.glBindTexture(TEXTURE_BUFFER, tex.value)
-        self.glTexBuffer(TEXTURE_BUFFER, RGBA32F, buffer)
+        self.glTexBuffer(TEXTURE_BUFFER, internal_format, buffer)
         self.glBindTexture(TEXTURE_BUFFER, 0)
         return int(tex.value)
 

@@ -94,7 +94,8 @@ def _texture_to_buffer(seg: Gles31Segment, tensor: GLTextureTensor, buf: Any) ->
     seg.gl.bind_buffer_base(rawgl.SHADER_STORAGE_BUFFER, 0, buf.glo)
     seg.device.dispatched()
     cs.run(-(-w // 8), -(-h // 8))
-    seg.gl.memory_barrier(rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT)
+    seg.gl.memory_barrier(rawgl.SHADER_STORAGE_BARRIER_BIT | rawgl.BUFFER_UPDATE_BARRIER_BIT
+                      | rawgl.TEXTURE_FETCH_BARRIER_BIT)  # TEXX kernels read inputs as textures
 
 
 def copy_in(seg: Gles31Segment, name: str, tensor: DeviceTensor) -> bool:
