@@ -148,7 +148,8 @@ class _BufferTexture:
 
 
 # Kernels that read a binding through a buffer texture (compute/weights.glsl, input_x.glsl):
-# define -> the binding, which is also its texture unit. The weights are always fp32 vec4s.
+# define -> the binding, which is also its texture unit. Float weights are always fp32 vec4s;
+# int8 weights (QW) ignore TEXW.
 TEXTURE_BINDINGS = {"TEXW": 1, "TEXX": 0}
 
 
@@ -277,8 +278,8 @@ class Gles31Segment(Segment):
             ubo = self._alloc(0, np.frombuffer(ck.pack_params(r), np.uint8))
             textures = []
             for define, binding in TEXTURE_BINDINGS.items():
-                if not dict(r.defines).get(define) or dict(r.defines).get("QW"):
-                    continue
+                if not dict(r.defines).get(define) or (define == "TEXW" and dict(r.defines).get("QW")):
+                    continue  # int8 weights (QW) stay a storage buffer; their input may be a texture
                 fmt = rawgl.RG32UI if define == "TEXX" and prec == "fp16" else rawgl.RGBA32F
                 texels = bound[binding].size // (8 if fmt == rawgl.RG32UI else 16)
                 if texels <= programs.max_texture_buffer_texels:
