@@ -22,6 +22,8 @@ from .ops import elementwise as ew
 ModelLike = str | bytes | os.PathLike | onnx.ModelProto
 
 # Ops never folded even when every input is constant (random or stateful).
+# producer_name of the models gpubackend.importers.tflite writes
+TFLITE_IMPORTER = "gpubackend.importers.tflite"
 _NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
 # Activations that Conv / ConvTranspose / Gemm / MatMul kernels apply in the same pass.
 FUSABLE_ACTIVATIONS = frozenset(ew.FUSABLE)  # the op layer's list: every GPU path's conv/gemm kernels apply them
@@ -335,7 +337,12 @@ def _to_graph(proto: onnx.ModelProto, input_shapes: Mapping[str, Any], input_val
         constants[name] = value
     graph = Graph(nodes, [n for n in inputs if n not in input_values], [o.name for o in g.output], constants,
                   dtypes=dtypes, opset=opset, input_shapes=pinned)
-    for node, node_proto in ops.quant.qoperators_as_qdq(graph) + ops.quant.quantize_float_weights(graph):
+    rewritten = ops.quant.qoperators_as_qdq(graph)
+    # onnxruntime quantizes float weights behind a DequantizeLinear itself; a model from our TFLite
+    # importer carries TFLite's int8 weights already dequantised, and TFLite computes them as they are
+    if proto.producer_name != TFLITE_IMPORTER:
+        rewritten += ops.quant.quantize_float_weights(graph)
+    for node, node_proto in rewritten:
         protos[id(node)] = node_proto
     specialise(proto, graph, protos)
     optimize(graph)

@@ -41,6 +41,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelError
+from ..model import TFLITE_IMPORTER
 
 log = logging.getLogger(__name__)
 
@@ -627,7 +628,7 @@ class _Importer:
                                   graph_inputs + self.state_inputs, graph_outputs + self.state_outputs,
                                   initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="gpubackend.importers.tflite", producer_version="1")
+                                  producer_name=TFLITE_IMPORTER, producer_version="1")
         model.ir_version = 8
         return model
 
