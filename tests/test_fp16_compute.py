@@ -71,7 +71,9 @@ def test_option_is_accepted_and_unknown_precisions_refused() -> None:
         SessionOptions(precision="fp8").resolved()
 
 
-@pytest.mark.parametrize("path", [pytest.param("gles3", marks=pytest.mark.slow), "gles31", "vulkan"])
+# vulkan has no fp16 arithmetic here (test_vulkan_reports_fp16_arithmetic_unavailable): its case is slow
+@pytest.mark.parametrize("path", [pytest.param("gles3", marks=pytest.mark.slow), "gles31",
+                                  pytest.param("vulkan", marks=pytest.mark.slow)])
 def test_fp16_compute_session_within_2e_2(path: str) -> None:
     model = mobilenet_v2_like(size=32, classes=10)
     feeds = random_inputs(model)

@@ -41,6 +41,8 @@ DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
 # 76 s of CPU time, 954 s of wall time at load 20; docs/zoo.md), so its default set is the small
 # MTCNN face detector; the detectors, OCR and transformer-style models are -m slow there.
 GLES3_DEFAULT_MODELS = ("mtcnn_pnet",)
+# the reduced PP-OCRv4 det on gles2 costs ~30 s cold; gles2 keeps an OCR model (PP-OCRv6 rec) by default
+SLOW_PAIRS = {("ppocr_v4_det", "gles2")}
 
 # (model, path, precision) -> the exact bug; strict, so a fix makes the test fail until the
 # entry is removed here.
@@ -59,7 +61,8 @@ def fetched(name: str) -> Path:
 def _marks(name: str, path: str, precision: str, small: bool) -> list:
     marks = []
     smallest = small or not zoo.BY_NAME[name].small_shape
-    default = (name in DEFAULT_MODELS and path in DEFAULT_PATHS) or (name in GLES3_DEFAULT_MODELS and path == "gles3")
+    default = (name in DEFAULT_MODELS and path in DEFAULT_PATHS and (name, path) not in SLOW_PAIRS) or (
+        name in GLES3_DEFAULT_MODELS and path == "gles3")
     if not (smallest and default):
         marks.append(pytest.mark.slow)
     bug = KNOWN_BUGS.get((name, path, precision)) or MODEL_BUGS.get(name)
@@ -161,15 +164,16 @@ def test_zoo_fp32_matches_onnxruntime(name: str, path: str, small: bool) -> None
 
 
 FP16_MODELS = ("yolov8n_nudenet", "mtcnn_onet", "ppocr_v4_det", "selfie_segmentation")
-FP16_DEFAULT = ("yolov8n_nudenet", "mtcnn_onet")
+# default fp16 cases: (model, path); yolov8n's fp16 compile on the other paths costs 25-45 s cold each
+FP16_DEFAULT = {("mtcnn_onet", p) for p in GPU_PATHS} | {("yolov8n_nudenet", "vulkan")}
 
 
 def _fp16_cases() -> list:
     cases = []
     for case in _cases("fp16", GPU_PATHS):
-        name = case.values[0]
+        name, path = case.values[0], case.values[1]
         if name in FP16_MODELS:
-            marks = list(case.marks) + ([] if name in FP16_DEFAULT else [pytest.mark.slow])
+            marks = list(case.marks) + ([] if (name, path) in FP16_DEFAULT else [pytest.mark.slow])
             cases.append(pytest.param(*case.values, id=case.id, marks=marks))
     return cases
 
