@@ -428,10 +428,14 @@ def infer_shapes(proto: onnx.ModelProto, graph: Graph, protos: Mapping[int, onnx
 
 
 def optimize(graph: Graph) -> None:
+    from . import rewrites  # imports this module's helpers
+
     fold_constants(graph)
     fold_batchnorm(graph)
     remove_identities(graph)
     ops.quant.requantize_in_integers(graph)
+    rewrites.fold_channel_affine(graph)
+    rewrites.fuse_decomposed_hardswish(graph)
     fuse_activations(graph)
     remove_dead_nodes(graph)
 

@@ -1,0 +1,104 @@
+"""Elementwise tails taken into the producing convolution (gpubackend/rewrites.py): constant
+per-channel Mul / Add / Sub / BatchNormalization folded into the weights, the four-node HardSwish
+of opset < 14 exporters recognised (then fused into the conv), checked against onnxruntime on the
+unrewritten model, NaN and infinities included."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gpubackend
+from gpubackend.model import load_model, to_graph
+
+C = 6
+
+
+def _tail_model() -> tuple[object, np.ndarray]:
+    """PP-OCR's block (Conv, scalar Mul and Add, HardSwish as Add/Clip/Mul/Div, scalar Mul and
+    Add) and DBNet's head (ConvTranspose, bias Add, BatchNormalization, Relu); plus tails that must
+    not fold: a spatially broadcast Mul, a conv output read twice."""
+    rng = np.random.default_rng(5)
+    f = np.float32
+
+    def const(name: str, v) -> object:
+        return numpy_helper.from_array(np.asarray(v, f), name)
+
+    inits = [const("w", rng.standard_normal((C, 3, 3, 3)) * 0.5), const("b", rng.standard_normal(C)),
+             const("s", [1.7]), const("t", rng.standard_normal((1, C, 1, 1))), const("three", 3.0),
+             const("zero", 0.0), const("six", 6.0), const("s2", [-0.8]), const("t2", [0.25]),
+             const("wt", rng.standard_normal((C, 4, 2, 2)) * 0.5), const("bt", rng.standard_normal((1, 4, 1, 1))),
+             const("g", rng.uniform(0.5, 1.5, 4)), const("beta", rng.standard_normal(4)),
+             const("mean", rng.standard_normal(4)), const("var", rng.uniform(0.5, 2.0, 4)),
+             const("w3", rng.standard_normal((C, 3, 1, 1))), const("hw", rng.standard_normal((1, 1, 8, 8))),
+             const("w4", rng.standard_normal((C, 3, 1, 1)))]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        n("Mul", ["s", "c"], ["m1"], name="lab_mul"), n("Add", ["m1", "t"], ["a1"], name="lab_add"),
+        n("Add", ["a1", "three"], ["h1"], name="hs_add"), n("Clip", ["h1", "zero", "six"], ["h2"], name="hs_clip"),
+        n("Mul", ["a1", "h2"], ["h3"], name="hs_mul"), n("Div", ["h3", "six"], ["h4"], name="hs_div"),
+        n("Mul", ["h4", "s2"], ["m2"], name="lab_mul2"), n("Add", ["m2", "t2"], ["y1"], name="lab_add2"),
+        n("ConvTranspose", ["h4", "wt"], ["ct"], name="convt", strides=[2, 2]),
+        n("Add", ["ct", "bt"], ["ctb"], name="convt_bias"),
+        n("BatchNormalization", ["ctb", "g", "beta", "mean", "var"], ["bn"], name="bn", epsilon=1e-3),
+        n("Relu", ["bn"], ["y2"], name="relu"),
+        n("Conv", ["x", "w3"], ["c3"], name="conv_spatial"), n("Mul", ["c3", "hw"], ["y3"], name="spatial_mul"),
+        n("Conv", ["x", "w4"], ["c4"], name="conv_twice"), n("Sub", ["t2", "c4"], ["d4"], name="sub"),
+        n("Add", ["d4", "c4"], ["y4"], name="reads_c4_again"),
+    ]
+    outs = ["y1", "y2", "y3", "y4"]
+    graph = helper.make_graph(nodes, "tails", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(f)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), x
+
+
+def _onnxruntime(model, x: np.ndarray) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with np.errstate(all="ignore"):
+        return sess.run(None, {"x": x})
+
+
+def test_tails_fold_into_the_convs() -> None:
+    model, _ = _tail_model()
+    graph = to_graph(load_model(model))
+    got = {n.name: (n.op_type, n.attrs.get("_act", (None,))[0]) for n in graph.nodes}
+    # the block: one Conv with HardSwish, then the post-activation Mul and Add (read by two)
+    assert got["conv"] == ("Conv", "HardSwish")
+    assert sorted(graph.fused["conv"]) == ["hs_div", "lab_add", "lab_mul"]
+    assert sorted(graph.fused["hs_div"]) == ["hs_add", "hs_clip", "hs_mul"]
+    assert got["convt"] == ("ConvTranspose", "Relu")
+    assert sorted(graph.fused["convt"]) == ["bn", "convt_bias", "relu"]
+    # a spatially broadcast constant and a conv output read twice stay as they are
+    assert got["spatial_mul"] == ("Mul", None) and got["sub"] == ("Sub", None)
+    assert "conv_twice" not in graph.fused and "conv_spatial" not in graph.fused
+    assert len(graph.nodes) == 9
+
+
+def _check(got: list[np.ndarray], want: list[np.ndarray], tol: float) -> None:
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape
+        special = ~np.isfinite(w)
+        assert np.array_equal(np.isnan(g), np.isnan(w)), f"output {i}: NaN positions differ"
+        assert np.array_equal(g[special & ~np.isnan(w)], w[special & ~np.isnan(w)]), f"output {i}: infinities differ"
+        fin = np.isfinite(w)
+        err = float(np.abs(g[fin] - w[fin]).max()) / max(1.0, float(np.abs(w[fin]).max()))
+        assert err <= tol, f"output {i}: error {err:.3g}"
+
+
+@pytest.mark.parametrize("path", ["cpu", "gles31", "vulkan"])
+def test_folded_tails_match_onnxruntime_with_nan_and_inf(path: str) -> None:
+    model, x = _tail_model()
+    x[0, :, 0, 0] = np.nan
+    x[0, 0, 4, 4] = np.inf
+    x[0, 1, 6, 2] = -np.inf
+    want = _onnxruntime(model, x)
+    kw = {"cpu_engine": "numpy"} if path == "cpu" else {}
+    sess = gpubackend.Session(model, path=path, fallback=False, **kw)
+    assert set(sess.placement.values()) == {path}
+    got = sess.run({"x": x})
+    _check(got, want, 1e-4)
+    assert np.isnan(want[0]).any() and np.isinf(want[1]).any() | np.isnan(want[1]).any()
