@@ -16,7 +16,7 @@ from gpubackend.fallback.resize import resize
 from gpubackend.ops import quant
 
 
-def _conv_layer(rng: np.random.Generator, cin: int = 8, cout: int = 12, size: int = 20) -> onnx.ModelProto:
+def _conv_layer(rng: np.random.Generator, cin: int = 8, cout: int = 12, size: int = 20, k: int = 3) -> onnx.ModelProto:
     """x -> Q -> DQ -> Conv(DQ(int8 w, per channel), DQ(int32 bias)) -> Q, as onnxruntime's
     quantizer writes a layer (bias scale = x_scale * w_scale). The scales make the requantisation
     multiplier of every other channel exactly 0.5, so half the sums end on a rounding tie: the
@@ -26,7 +26,7 @@ def _conv_layer(rng: np.random.Generator, cin: int = 8, cout: int = 12, size: in
                        (rng.random(cout) + 0.5) * 3.1e-3).astype(np.float32)
     y_scale = np.float32(x_scale * np.float32(3.1e-3)) * np.float32(2)
     inits = {
-        "wq": rng.integers(-64, 64, (cout, cin, 3, 3)).astype(np.int8), "ws": w_scale,
+        "wq": rng.integers(-64, 64, (cout, cin, k, k)).astype(np.int8), "ws": w_scale,
         "bq": rng.integers(-300, 300, cout).astype(np.int32), "bs": x_scale * w_scale,
         "xs": x_scale, "xz": np.uint8(117), "ys": y_scale, "yz": np.uint8(131),
     }
@@ -35,7 +35,7 @@ def _conv_layer(rng: np.random.Generator, cin: int = 8, cout: int = 12, size: in
         helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
         helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=0),
         helper.make_node("DequantizeLinear", ["bq", "bs"], ["b"], axis=0),
-        helper.make_node("Conv", ["xd", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["xd", "w", "b"], ["c"], pads=[k // 2] * 4),
         helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
     ]
     g = helper.make_graph(nodes, "qconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])],
@@ -91,6 +91,30 @@ def test_integer_conv_matches_onnxruntime_exactly(layer: tuple[onnx.ModelProto, 
     finally:
         sess.close()
     assert got.dtype == np.uint8
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+
+
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles31", None),
+                                         ("vulkan", None)])
+def test_zero_point_in_the_bias_of_an_unpadded_conv(path: str, engine: str | None) -> None:
+    """A 1x1 conv has no padding: its input's zero point goes into the integer bias
+    (``bias - zp * sum(w)``), the conv reads the integers as they are and the centering pass goes;
+    onnxruntime's integers all the same."""
+    rng = np.random.default_rng(4)
+    model = _conv_layer(rng, k=1)
+    x = (rng.standard_normal((1, 8, 20, 20)) * 1.5).astype(np.float32)
+    want = _ort(model, x, fused=True)
+    graph = gmodel.to_graph(model)
+    dq = next(n for n in graph.nodes if n.op_type == "DequantizeLinear")
+    assert not graph.constants[dq.inputs[2]] and dq.name.endswith("/integers"), dq
+    sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
+    try:
+        got = sess.run({"x": x})[0]
+        if path != "cpu":
+            assert sess.stats.dispatches == 2  # Quantize x, the conv with its requantisation
+    finally:
+        sess.close()
     diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
     assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
 

@@ -10,13 +10,17 @@ step away and that the difference is well inside the quantization noise (int8 vs
 
 from __future__ import annotations
 
+import hashlib
+
+import models
 import numpy as np
+import onnx
 import pytest
 
 import gpubackend
 from gpubackend import zoo
 from gpubackend.zoo.inputs import make_input
-from gpubackend.zoo.quantized import quantized_path
+from gpubackend.zoo.quantized import brightness_variants, output_step, photo_input, quantize_static, quantized_path
 
 # model -> largest fraction of outputs more than one step from onnxruntime int8. Conv / MatMul /
 # Gemm run in onnxruntime's integer form (ops.quant.requantize_in_integers), so the small models
@@ -120,3 +124,55 @@ def test_weight_bytes_at_least_3_5x_smaller_than_float() -> None:
     q, f = weight_bytes(_quantized(name)), weight_bytes(str(zoo.fetch(name)))
     print(f"{name}: device weight bytes float {f}, int8 {q} ({f / q:.2f}x smaller)")
     assert f >= 3.5 * q
+
+
+# ---- the two test models (tests/models.py), quantized the same way --------------------------------
+# model -> (reduced size, full size). Random weights, but calibrated and checked on the zoo's photo.
+TEST_MODELS = {"mobilenet_v2_like": {"small": 64, "full": 224}, "unet_like": {"small": 32, "full": 256}}
+TEST_MODEL_DEFAULT = {("mobilenet_v2_like", "vulkan"), ("unet_like", "vulkan"), ("unet_like", "cpu:numpy")}
+
+
+def _quantized_test_model(which: str, size: int, fmt: str) -> tuple[str, onnx.ModelProto, dict[str, np.ndarray]]:
+    """(int8 model file, float model, feeds): the test model quantized with onnxruntime's tool,
+    calibrated on the photo (mirrored, brightness-shifted), cached under a hash of the float model."""
+    pytest.importorskip("onnxruntime.quantization", reason="onnxruntime is a test dependency")
+    proto = getattr(models, which)(size)
+    digest = hashlib.sha256(proto.SerializeToString()).hexdigest()[:16]
+    dest = zoo.cache_dir() / "quantized" / f"{which}_{size}_{digest}.{fmt.lower()}_int8.onnx"
+    photo = photo_input(size, size)
+    if not dest.exists():
+        quantize_static(proto, dest, [{"input": x} for x in brightness_variants(photo)], fmt)
+    return str(dest), proto, {"input": photo}
+
+
+@pytest.mark.parametrize("which,size_kind,path,fmt", [
+    pytest.param(w, kind, p, f, marks=[] if kind == "small" and f == "QDQ" and (w, p) in TEST_MODEL_DEFAULT
+                 else [pytest.mark.slow])
+    for w in TEST_MODELS for kind in ("small", "full")
+    for p in ("cpu:numpy", "cpu:onnxruntime", "gles3", "gles31", "vulkan") for f in ("QDQ", "QOperator")])
+def test_quantized_test_model_matches_onnxruntime_int8(which: str, size_kind: str, path: str, fmt: str) -> None:
+    """Within one output quantization step (the scale of the model's last DequantizeLinear) of
+    onnxruntime's int8 result, entirely on the path (fallback=False), and inside the quantization
+    noise of the float model."""
+    size = TEST_MODELS[which][size_kind]
+    qpath, proto, feeds = _quantized_test_model(which, size, fmt)
+    want = _ort(qpath, feeds)[0]
+    float_ref = models.onnxruntime_outputs(proto, feeds)[0]
+    step = output_step(qpath, proto.graph.output[0].name)
+    assert step is not None, "the quantized model's output is not a per-tensor DequantizeLinear"
+    path, _, engine = path.partition(":")
+    sess = gpubackend.Session(qpath, path=path, fallback=False, **({"cpu_engine": engine} if engine else {}))
+    try:
+        got = sess.run(feeds)[0]
+        report = sess.explain()
+    finally:
+        sess.close()
+    assert "segments: 1 (" in report, report
+    diff = np.abs(got - want)
+    noise = np.abs(want - float_ref)
+    rng = float(want.max() - want.min())
+    print(f"{which} {size} ({fmt}) on {path}{':' + engine if engine else ''}: max |diff| {diff.max() / step:.2f} "
+          f"steps ({diff.max() / max(rng, 1e-30):.3g} of range), {np.mean(diff > step / 2):.2%} of outputs differ; "
+          f"int8 vs float: max {noise.max():.3g}, mean {noise.mean():.3g}")
+    assert diff.max() <= step * 1.001
+    assert diff.mean() <= max(float(noise.mean()), step)

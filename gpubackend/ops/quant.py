@@ -279,6 +279,32 @@ def _integer_form_parts(node: Node, graph: Graph, producers: dict[str, Node], co
     return dq_node, x_rec, y_rec, q_node, w.centered, bias, multiplier
 
 
+def _zero_point_in_bias(node: Node, graph: Graph, x_rec: QuantRecord, weights: np.ndarray, bias: np.ndarray
+                        ) -> np.ndarray | None:
+    """The integer bias with the input's zero point folded in, ``bias - x_zero_point * sum(w)``
+    per output channel, for a Conv without padding or a Gemm: then ``sum(x * w) + that`` is
+    onnxruntime's ``sum((x - x_zero_point) * w) + bias`` as the same integer, and the layer reads
+    the integers as they are (``DequantizeLinear(x, 1, 0)``, a plain copy or none on the GPU
+    paths) instead of a centered copy. None where the zero point is 0, padding would add
+    ``-x_zero_point * w`` terms only at the borders, MatMul has no bias to carry it, or the sums
+    could reach 2**24."""
+    zp = x_rec.zero_point[0]
+    if not zp or node.op_type == "MatMul":
+        return None
+    if node.op_type == "Conv":
+        from .records import ConvRecord, require  # records imports this module at load
+
+        if any(require(node, graph, ConvRecord).pads):
+            return None
+    co_axis = _output_channel_axis(node, weights)
+    if isinstance(co_axis, str):
+        return None
+    per_channel = np.moveaxis(weights, co_axis, 0).reshape(weights.shape[co_axis], -1)
+    folded = bias - np.int64(zp) * per_channel.sum(axis=1)
+    reach = max(abs(x_rec.lo), abs(x_rec.hi)) * np.abs(per_channel).sum(axis=1) + np.abs(folded)
+    return folded if int(reach.max()) < EXACT_FLOAT_INTEGER else None
+
+
 def requantize_in_integers(graph: Graph) -> list[str]:
     """Rewrite every ``DequantizeLinear(x) -> Conv / MatMul / Gemm -> QuantizeLinear`` with
     constant int8 weights and int32 bias into the integer arithmetic onnxruntime runs for it
@@ -293,8 +319,10 @@ def requantize_in_integers(graph: Graph) -> list[str]:
         -> QuantizeLinear(1, y_zero_point)         round half to even, saturate
 
     Standard ops every path runs; the weights stay ``graph.dequantized`` (scale 1), so the GPU
-    paths keep them as int8. A node whose sums could pass 2**24 keeps its float form. Returns the
-    names of the nodes rewritten."""
+    paths keep them as int8. A Conv without padding or a Gemm takes the zero point in its bias
+    instead (:func:`_zero_point_in_bias`: ``DequantizeLinear(x, 1, 0)``, no centering pass). A
+    node whose sums could pass 2**24 keeps its float form. Returns the names of the nodes
+    rewritten."""
     producers, consumers = graph.producers(), graph.consumers()
     centered_inputs: dict[tuple[str, int], str] = {}
     done: list[str] = []
@@ -306,12 +334,17 @@ def requantize_in_integers(graph: Graph) -> list[str]:
             new_nodes.append(node)
             continue
         dq_node, x_rec, y_rec, q_node, weights, bias, multiplier = parts
-        key = (dq_node.inputs[0], x_rec.zero_point[0])
+        x_zp = x_rec.zero_point[0]
+        folded = _zero_point_in_bias(node, graph, x_rec, weights, bias)
+        if folded is not None:
+            bias, x_zp = folded, 0
+        key = (dq_node.inputs[0], x_zp)
         one = _constant(graph, "gpubackend/one", np.float32(1.0))
         if key not in centered_inputs:
-            centered = f"{dq_node.outputs[0]}/centered"
-            zp = _constant(graph, f"{centered}/zero_point", np.array(x_rec.zero_point[0], x_rec.int_type))
-            new_nodes.append(Node(f"{dq_node.name}/centered", "DequantizeLinear", [dq_node.inputs[0], one, zp],
+            role = "centered" if x_zp else "integers"
+            centered = f"{dq_node.outputs[0]}/{role}"
+            zp = _constant(graph, f"{centered}/zero_point", np.array(x_zp, x_rec.int_type))
+            new_nodes.append(Node(f"{dq_node.name}/{role}", "DequantizeLinear", [dq_node.inputs[0], one, zp],
                                   [centered]))
             _like(graph, centered, dq_node.outputs[0])
             centered_inputs[key] = centered

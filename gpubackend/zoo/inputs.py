@@ -86,6 +86,11 @@ def _resized(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize((width, height), Image.BILINEAR))
 
 
+def photo_rgb(height: int, width: int) -> np.ndarray:
+    """The photo as a height x width x 3 uint8 RGB picture."""
+    return _resized(_photo(), height, width)
+
+
 def image_size(model: ZooModel, shape: tuple[int, ...]) -> tuple[int, int]:
     """(height, width) of the picture drawn into an input of ``shape``."""
     if model.layout == "nwhc":
@@ -98,7 +103,7 @@ def rgb_image(model: ZooModel, height: int, width: int, small: bool = False) -> 
     its reduced input size)."""
     kind = model.input_kind
     if kind == "photo":
-        return _resized(_photo(), height, width)
+        return photo_rgb(height, width)
     if kind == "face":
         left, top, right, bottom = FACE_BOX
         return _resized(_photo()[top:bottom, left:right], height, width)

@@ -110,6 +110,9 @@ def qdq(node: Node, graph: Graph, lim: gk.Limits) -> gk.Kernel | str:
         return f"per-axis quantization along axis {rec.axis} (only the channel axis is supported)"
     if rec.quantize and np.dtype(graph.dtypes.get(x, np.float32)) != np.float32:
         return f"{x!r} is {np.dtype(graph.dtypes[x])}"
+    if not rec.quantize and rec.axis is None and rec.scale[0] == 1 and rec.zero_point[0] == 0:
+        # the integers as floats: what the texture already holds (ops.quant._zero_point_in_bias)
+        return gk.Kernel("dequantize", "", [("X", x)], lay, False, alias=x, in_layouts={"X": lay})
     if rec.axis is None:
         params = (f"#define q_scale(s) vec4({_bits(rec.scale[:1])})\n"
                   f"#define q_zero(s) vec4({float(rec.zero_point[0])!r})")
