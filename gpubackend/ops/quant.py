@@ -279,7 +279,7 @@ def _integer_form_parts(node: Node, graph: Graph, producers: dict[str, Node], co
     return dq_node, x_rec, y_rec, q_node, w.centered, bias, multiplier
 
 
-def _zero_point_in_bias(node: Node, graph: Graph, x_rec: QuantRecord, weights: np.ndarray, bias: np.ndarray
+def _zero_point_in_bias(node: Node, x_rec: QuantRecord, weights: np.ndarray, bias: np.ndarray
                         ) -> np.ndarray | None:
     """The integer bias with the input's zero point folded in, ``bias - x_zero_point * sum(w)``
     per output channel, for a Conv without padding or a Gemm: then ``sum(x * w) + that`` is
@@ -291,10 +291,13 @@ def _zero_point_in_bias(node: Node, graph: Graph, x_rec: QuantRecord, weights: n
     zp = x_rec.zero_point[0]
     if not zp or node.op_type == "MatMul":
         return None
-    if node.op_type == "Conv":
-        from .records import ConvRecord, require  # records imports this module at load
-
-        if any(require(node, graph, ConvRecord).pads):
+    if node.op_type == "Conv":  # read off the attributes: shapes may not be known yet
+        auto_pad = node.attrs.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        explicit = any(int(v) for v in node.attrs.get("pads", ()))
+        one_by_one = all(d == 1 for d in weights.shape[2:])  # SAME pads a 1x1 window by 0
+        if not (auto_pad == "VALID" or (auto_pad == "NOTSET" and not explicit)
+                or (auto_pad.startswith("SAME") and one_by_one)):
             return None
     co_axis = _output_channel_axis(node, weights)
     if isinstance(co_axis, str):
@@ -335,7 +338,7 @@ def requantize_in_integers(graph: Graph) -> list[str]:
             continue
         dq_node, x_rec, y_rec, q_node, weights, bias, multiplier = parts
         x_zp = x_rec.zero_point[0]
-        folded = _zero_point_in_bias(node, graph, x_rec, weights, bias)
+        folded = _zero_point_in_bias(node, x_rec, weights, bias)
         if folded is not None:
             bias, x_zp = folded, 0
         key = (dq_node.inputs[0], x_zp)
