@@ -147,13 +147,40 @@ def test_rank5_attention_reshape_and_long_last_axis():
 
 
 def test_reduction_too_long_for_a_fragment_is_declined():
-    model = _model([helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=0)], {"x": (1, 200000)}, ["y"],
+    n = 2_000_000
+    model = _model([helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=0)], {"x": (1, n)}, ["y"],
                    {"ax": np.array([1], np.int64)})
     with pytest.raises(GpuBackendError, match="too long for one fragment"):
         gpubackend.Session(model, path="gles3", fallback=False)
     sess = gpubackend.Session(model, path="gles3")  # with fallback: on the CPU, and right
-    x = np.ones((1, 200000), np.float32)
-    assert sess.run({"x": x})[0][0] == 200000
+    x = np.ones((1, n), np.float32)
+    assert sess.run({"x": x})[0][0] == n
+
+
+def test_long_reduction_counts_every_render_target_against_the_loop_limit():
+    """16 channels are 4 render targets of 4 lanes: each fragment sums 16 rows of 40000, past
+    llvmpipe's 65535 loop iterations at 8 steps per iteration (its loops then stop silently: the
+    kernel check caught 1.03 off). A longer unrolled step keeps it under the limit."""
+    assert index_ops.fragment_loop_edges(4, 1, 40000) > 65535
+    model = _model([helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=1)], {"x": (1, 16, 40000)}, ["y"],
+                   {"ax": np.array([2], np.int64)})
+    x = np.random.default_rng(7).standard_normal((1, 16, 40000)).astype(np.float32)
+    _compare(model, {"x": x})
+
+
+@pytest.mark.parametrize("op,precision", [("Softmax", "fp32"), ("LogSoftmax", "fp32"), ("Softmax", "fp16")])
+def test_long_softmax_runs_as_row_passes(op, precision):
+    """A classifier head over many classes (PP-OCRv6 rec: (1, 40, 18710), which had failed its
+    kernel check on gles3): row max, row sum, then the result; NaN and infinities as in short rows."""
+    length = index_ops.LONG_SOFTMAX + 476
+    x = np.random.default_rng(8).standard_normal((1, 6, length)).astype(np.float32) * 4
+    x[0, 1, 7] = np.nan
+    x[0, 2, 9] = np.inf
+    x[0, 3, :] = -np.inf
+    x[0, 4, 100] = 80.0  # exp would overflow without the row max
+    model = _model([helper.make_node(op, ["x"], ["y"], axis=-1)], {"x": (1, 6, length)}, ["y"])
+    sess = _compare(model, {"x": x}, precision)
+    assert "gles3=1" in sess.explain()
 
 
 def test_bool_and_index_results_leave_as_their_types():

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from ... import ops
-from ...gl.device import LOOP_BUDGET
+from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from ...graph import Graph, Node
 from ...ops import elementwise as ew
-from .kernels import Kernel, Limits, _check_float, _record, _shape, _source, layout_of
+from .kernels import LONG_SOFTMAX, Kernel, Limits, _check_float, _record, _shape, _source, layout_of
 from .layout import TexLayout, to4d
 
 Digit = tuple[int, int]  # (size, stride)
@@ -107,36 +107,54 @@ def at_fn(prefix: str, lay: TexLayout) -> str:
     return "\n".join(lines)
 
 
-def loop(count: int, body: str) -> str:
-    """GLSL running ``body`` (which reads ``int j``) for j in [0, count): a loop of UNROLL
+def loop(count: int, body: str, unroll: int = UNROLL) -> str:
+    """GLSL running ``body`` (which reads ``int j``) for j in [0, count): a loop of ``unroll``
     steps, then the remaining steps written out."""
-    main = count // UNROLL * UNROLL
+    main = count // unroll * unroll
     parts = []
     if main:
-        steps = " ".join(f"{{ int j = j0 + {k}; {body} }}" for k in range(UNROLL))
-        parts.append(f"for (int j0 = 0; j0 < {main}; j0 += {UNROLL}) {{ {steps} }}")
+        steps = " ".join(f"{{ int j = j0 + {k}; {body} }}" for k in range(unroll))
+        parts.append(f"for (int j0 = 0; j0 < {main}; j0 += {unroll}) {{ {steps} }}")
     parts += [f"{{ int j = {k}; {body} }}" for k in range(main, count)]
     return "\n    ".join(parts)
 
 
-def loop_edges(count: int) -> int:
+def loop_edges(count: int, unroll: int = UNROLL) -> int:
     """Loop back-edges one :func:`loop` takes (see ``gl.device.LOOP_BUDGET``)."""
-    return count // UNROLL + 1
+    return count // unroll + 1
 
 
-def _check_loops(passes: int, count: int) -> str | None:
-    edges = 4 * passes * loop_edges(count)  # four output elements per fragment
-    if edges > LOOP_BUDGET:
-        return f"{count} elements per reduction is too long for one fragment ({edges} loop iterations)"
-    return None
+def fragment_loop_edges(planes: int, passes: int, count: int, unroll: int = UNROLL) -> int:
+    """Loop back-edges of one index.frag fragment whose value_at runs ``passes`` loops over
+    ``count`` elements: value_at runs for each of the 4 lanes of each of the ``planes`` render
+    targets (main.glsl's loop over R_OUT, whose own edges count too)."""
+    return planes * 4 * passes * loop_edges(count, unroll) + planes + 1
+
+
+def _check_loops(passes: int, count: int, out_shape: tuple[int, ...], lim: Limits) -> int | str:
+    """The steps per loop iteration (a multiple of UNROLL) that keep one fragment of an index
+    kernel over ``out_shape`` under the loop budget, or why none does. llvmpipe silently skips the
+    iterations past its limit: a 4-plane Softmax over 18710 classes (PP-OCRv6 rec) gave 0.39 off
+    when the budget counted one plane."""
+    out = layout_of(out_shape, lim)
+    if isinstance(out, str):
+        return out
+    for unroll in (UNROLL, 2 * UNROLL, 4 * UNROLL):
+        edges = fragment_loop_edges(out.planes, passes, count, unroll)
+        if edges <= LOOP_BUDGET:
+            return unroll
+    return (f"{count} elements per reduction is too long for one fragment ({edges} loop iterations "
+            f"over {out.planes} render targets; llvmpipe stops loops after {LLVMPIPE_LOOP_LIMIT})")
 
 
 def index_kernel(name: str, node: Node, graph: Graph, lim: Limits, out_shape: tuple[int, ...],
                  reads: Sequence[tuple[str, str]], code: str, flops: int = 0,
-                 act: ops.Activation | None = None, flags: Sequence[str] = ()) -> Kernel | str:
+                 act: ops.Activation | None = None, flags: Sequence[str] = (),
+                 passes: dict[str, tuple[int, ...]] | None = None) -> Kernel | str:
     """The kernel drawing ``index.frag`` with ``code`` (which defines ``value_at``) over an output
     of ``out_shape``; ``reads`` are the (prefix, tensor) it reads, runtime tensors or constants,
-    float32 except the prefixes in ``flags`` (bool tensors, held as 0.0 / 1.0)."""
+    float32 except the prefixes in ``flags`` (bool tensors, held as 0.0 / 1.0). ``passes``: the
+    float32 tensors (name -> shape) an earlier pass of the same node writes (``Kernel.writes``)."""
     if math.prod(out_shape) == 0:
         return f"empty output {out_shape}"
     out = layout_of(out_shape, lim)
@@ -147,10 +165,13 @@ def index_kernel(name: str, node: Node, graph: Graph, lim: Limits, out_shape: tu
     consts: dict[str, tuple[np.ndarray, TexLayout]] = {}
     units = 0
     for prefix, tname in reads:
-        bad = _bool_check(graph, tname) if prefix in flags else _check_float(graph, [tname])
-        if bad:
-            return bad
-        s = _shape(graph, tname)
+        if passes and tname in passes:
+            s: tuple[int, ...] | None = passes[tname]
+        else:
+            bad = _bool_check(graph, tname) if prefix in flags else _check_float(graph, [tname])
+            if bad:
+                return bad
+            s = _shape(graph, tname)
         if s is None:
             return f"shape of {tname!r} not static"
         if math.prod(s) > MAX_ELEMENTS or math.prod(out_shape) > MAX_ELEMENTS:
@@ -187,6 +208,7 @@ def _bool_check(graph: Graph, name: str) -> str | None:
 # the segment converts it to the graph's type when it leaves the GPU.
 EXACT_OUTPUTS = {"ArgMax": np.int64, "ArgMin": np.int64, "Equal": np.bool_, "Greater": np.bool_, "Less": np.bool_,
                  "GreaterOrEqual": np.bool_, "LessOrEqual": np.bool_}
+FP16_MAX = 65504
 MAX_EXACT_INDEX = 2048  # fp16 textures hold integers exactly up to 2048
 
 
@@ -435,24 +457,24 @@ def reduce(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     if count == 0:
         return "reduction over an empty axis"
     passes = 2 if node.op_type == "ReduceLogSumExp" else 1
-    bad = _check_loops(passes, count)
-    if bad:
-        return bad
+    unroll = _check_loops(passes, count, ys, lim)
+    if isinstance(unroll, str):
+        return unroll
     read = "float v = X_at(b + off(j));"
     if node.op_type == "ReduceLogSumExp":  # max first, as fallback does: exp never overflows
-        body = [f"float m = {NEG_INF};", loop(count, f"{read} if (is_nan(v) || v > m) m = v;"),
-                "if (is_inf(m)) m = 0.0;", "float acc = 0.0;", loop(count, f"{read} acc += exp(v - m);"),
+        body = [f"float m = {NEG_INF};", loop(count, f"{read} if (is_nan(v) || v > m) m = v;", unroll),
+                "if (is_inf(m)) m = 0.0;", "float acc = 0.0;", loop(count, f"{read} acc += exp(v - m);", unroll),
                 "return log_ieee(acc) + m;"]
     else:
         init, step, result = _REDUCE[node.op_type]
-        body = [f"float acc = {init};", loop(count, f"{read} {step}"), f"return {result};"]
+        body = [f"float acc = {init};", loop(count, f"{read} {step}", unroll), f"return {result};"]
     code = "\n".join([base, off, f"const int R = {count};", "float value_at(int l) {", "    int b = base(l);",
                       *(f"    {line}" for line in body), "}"])
     return index_kernel("reduce", node, graph, lim, ys, [("X", node.inputs[0])], code,
                         flops=math.prod(xs) * passes)
 
 
-def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
+def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
     """Softmax / LogSoftmax on any axis (before opset 13: over every axis from ``axis`` on)."""
     xs, ys = _io(node, graph)
     rec = _rec(node, graph, ops.AxisRecord)
@@ -460,17 +482,59 @@ def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return "a scalar input"
     axes = [rec.axis] if graph.opset >= 13 else list(range(rec.axis, len(xs)))
     base, off, count = _reduce_maps(xs, axes, True)
-    bad = _check_loops(2, count)
-    if bad:
-        return bad
-    read = "float v = X_at(b + off(j));"
     result = "x - m - log(s)" if node.op_type == "LogSoftmax" else "exp(x - m) / s"
+    read = "float v = X_at(b + off(j));"
+    max_step = f"{read} if (is_nan(v) || v > m) m = v;"
+    sum_step = f"{read} s += exp(v - m);"
+    if count >= LONG_SOFTMAX:
+        return _softmax_passes(node, graph, lim, xs, axes, result, max_step, sum_step)
+    unroll = _check_loops(2, count, ys, lim)
+    if isinstance(unroll, str):
+        return unroll
     code = "\n".join([base, off, "float value_at(int l) {", "    int b = base(l);",
-                      f"    float m = {NEG_INF};", "    " + loop(count, f"{read} if (is_nan(v) || v > m) m = v;"),
-                      "    float s = 0.0;", "    " + loop(count, f"{read} s += exp(v - m);"),
+                      f"    float m = {NEG_INF};", "    " + loop(count, max_step, unroll),
+                      "    float s = 0.0;", "    " + loop(count, sum_step, unroll),
                       "    float x = X_at(l);", f"    return {result};", "}"])
     return index_kernel("softmax_any", node, graph, lim, ys, [("X", node.inputs[0])], code,
                         flops=math.prod(xs) * 3 * count)
+
+
+def _softmax_passes(node: Node, graph: Graph, lim: Limits, xs: tuple[int, ...], axes: list[int], result: str,
+                    max_step: str, sum_step: str) -> list[Kernel] | str:
+    """A long-axis Softmax as three draws: the max of each row, the sum of exp(v - max) of each
+    row (both shaped as the input with the axes kept as 1), then every element from its row's two."""
+    rows = tuple(1 if a in axes else d for a, d in enumerate(xs))
+    base, off, count = _reduce_maps(xs, axes, False)  # a row's linear index is its index in ``rows``
+    if lim.fp16 and count > FP16_MAX:
+        return f"a row sum over {count} elements may overflow fp16 storage"
+    unroll = _check_loops(1, count, rows, lim)
+    if isinstance(unroll, str):
+        return unroll
+    x, y = node.inputs[0], node.outputs[0]
+    row_max, row_sum = f"{y}#softmax_max", f"{y}#softmax_sum"
+    made = {row_max: rows, row_sum: rows}
+    row_st = strides(rows)
+    row_of = map_fn("row", [(d, 0 if a in axes else row_st[a]) for a, d in enumerate(xs)])
+    kernels: list[Kernel] = []
+    for writes, reads, body in (
+            (row_max, [("X", x)], [f"float m = {NEG_INF};", loop(count, max_step, unroll), "return m;"]),
+            (row_sum, [("X", x), ("M", row_max)],
+             ["float m = M_at(l);", "float s = 0.0;", loop(count, sum_step, unroll), "return s;"])):
+        code = "\n".join([base, off, "float value_at(int l) {", "    int b = base(l);",
+                          *(f"    {line}" for line in body), "}"])
+        k = index_kernel("softmax_any", node, graph, lim, rows, reads, code, flops=math.prod(xs), passes=made)
+        if isinstance(k, str):
+            return k
+        k.writes = writes
+        kernels.append(k)
+    code = "\n".join([row_of, "float value_at(int l) {", "    int r = row(l);",
+                      "    float m = M_at(r);", "    float s = S_at(r);", "    float x = X_at(l);",
+                      f"    return {result};", "}"])
+    k = index_kernel("softmax_any", node, graph, lim, xs, [("X", x), ("M", row_max), ("S", row_sum)], code,
+                     flops=math.prod(xs) * 2, passes=made)
+    if isinstance(k, str):
+        return k
+    return [*kernels, k]
 
 
 def arg(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
@@ -483,9 +547,9 @@ def arg(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     count = xs[rec.axis] if xs else 1
     if count > MAX_EXACT_INDEX:
         return f"axis of {count} elements: indices past {MAX_EXACT_INDEX} are not exact in fp16 textures"
-    bad = _check_loops(1, count)
-    if bad:
-        return bad
+    unroll = _check_loops(1, count, ys, lim)
+    if isinstance(unroll, str):
+        return unroll
     base, off, _ = _reduce_maps(xs, [rec.axis], False)
     better = ">" if rec.op == "ArgMax" else "<"
     if rec.select_last_index:  # ties and NaNs: the last one
@@ -494,7 +558,7 @@ def arg(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         cond = f"!is_nan(best) && (is_nan(v) || v {better} best)"
     step = f"float v = X_at(b + off(j)); if ({cond}) {{ best = v; at = j; }}"
     code = "\n".join([base, off, "float value_at(int l) {", "    int b = base(l);",
-                      "    float best = X_at(b);", "    int at = 0;", "    " + loop(count, step),
+                      "    float best = X_at(b);", "    int at = 0;", "    " + loop(count, step, unroll),
                       "    return float(at);", "}"])
     return index_kernel("argreduce", node, graph, lim, ys, [("X", node.inputs[0])], code)
 
@@ -583,9 +647,9 @@ def normalization(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel
         return index_kernel("batchnorm", node, graph, lim, ys, reads, code)
     axes = list(range(rec.axis, len(xs))) if rec.op == "LayerNormalization" else list(range(2, len(xs)))
     base, off, count = _reduce_maps(xs, axes, True)
-    bad = _check_loops(2, count)
-    if bad:
-        return bad
+    unroll = _check_loops(2, count, ys, lim)
+    if isinstance(unroll, str):
+        return unroll
     if rec.op == "LayerNormalization":
         where = f"l - (l / {count}) * {count}"  # position inside the normalised axes
         size = count
@@ -601,9 +665,9 @@ def normalization(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel
             reads.append((prefix, node.inputs[i]))
             affine.append(f"y = y {op} {p[1]};")
     read = "float v = X_at(b + off(j));"
-    stats = ["    int b = base(l);", "    float mean = 0.0;", "    " + loop(count, f"{read} mean += v;"),
+    stats = ["    int b = base(l);", "    float mean = 0.0;", "    " + loop(count, f"{read} mean += v;", unroll),
              f"    mean /= float({count});", "    float var = 0.0;",
-             "    " + loop(count, f"{read} var += (v - mean) * (v - mean);"),
+             "    " + loop(count, f"{read} var += (v - mean) * (v - mean);", unroll),
              f"    float inv_std = 1.0 / sqrt(var / float({count}) + {eps});"]
     code = "\n".join([base, off, "float value_at(int l) {", *stats, "    float y = (X_at(l) - mean) * inv_std;",
                       *(f"    {a}" for a in affine), "    return y;", "}"])
@@ -685,9 +749,9 @@ def matmul(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return f"the graph's output shape {ys} does not match the product's"
     if k == 0:
         return "empty inner dimension"
-    bad = _check_loops(1, k)
-    if bad:
-        return bad
+    unroll = _check_loops(1, k, ys, lim)
+    if isinstance(unroll, str):
+        return unroll
     out_batch = tuple(batch)
 
     def operand(shape: tuple[int, ...], mk: tuple[int, int]) -> list[Digit]:
@@ -698,7 +762,7 @@ def matmul(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
 
     code = "\n".join([map_fn("abase", operand(a2, (k, 0))), map_fn("bbase", operand(b2, (0, 1))),
                       "float value_at(int l) {", "    int a = abase(l);", "    int b = bbase(l);",
-                      "    float acc = 0.0;", "    " + loop(k, f"acc += A_at(a + j) * B_at(b + j * {n});"),
+                      "    float acc = 0.0;", "    " + loop(k, f"acc += A_at(a + j) * B_at(b + j * {n});", unroll),
                       "    return acc;", "}"])
     return index_kernel("matmul_any", node, graph, lim, ys, [("A", a_name), ("B", b_name)], code,
                         flops=2 * math.prod(ys) * k, act=rec.act)

@@ -838,6 +838,12 @@ def concat(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     return Kernel("concat", src, tensors, out, False, consts=consts, in_layouts=inputs, uniforms=uniforms)
 
 
+# Softmax axes at least this long run as index_ops' three passes (row max, row sum, result): one
+# kernel recomputing both for every output element reads the axis twice per element, and past
+# ~16k elements (4 render targets) a fragment's loops run over llvmpipe's limit.
+LONG_SOFTMAX = 1024
+
+
 def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
     xs = _shape(graph, node.inputs[0])
     x = layout_of(xs, lim)
@@ -852,6 +858,8 @@ def softmax(node: Node, graph: Graph, lim: Limits) -> Kernel | str:
         return f"Softmax along axis {axis} (only the channel axis 1)"
     if graph.opset < 13 and int(np.prod(xs[2:])) != 1:
         return "opset < 13 Softmax over flattened C*H*W"
+    if x.c >= LONG_SOFTMAX:
+        return f"{x.c} channels: every fragment would read them all twice per slice (index kernel's passes)"
     uniforms = geometry(x, {"X": x}, lim)
     src = _source("softmax.frag", x, {"X": x}, False, uniforms=uniforms)
     return Kernel("softmax", src, [("X", node.inputs[0])], x, False, flops=int(np.prod(xs)) * 3 * x.c,
