@@ -52,6 +52,11 @@ def _bias(op: str, b: np.ndarray | None, m: int, ndim: int, dtype: np.dtype) -> 
     return b.reshape((1, m) + (1,) * (ndim - 2)).astype(dtype, copy=False)
 
 
+def _flat_bias(bias: np.ndarray | None) -> np.ndarray | None:
+    """A bias from :func:`_bias` as (M,)."""
+    return None if bias is None else bias.reshape(-1)
+
+
 _EPILOGUE_BLOCK_BYTES = 512 << 10
 
 
@@ -78,12 +83,25 @@ def _epilogue(y: np.ndarray, b: np.ndarray | None, act: Activation | None) -> np
             if b is not None:
                 np.add(src, b[:, b0:b1], out=dst)
             elif not in_place:
+                if act is not None:  # the copy that drops padding columns is the activation's pass
+                    act(src, dst)
+                    continue
                 np.copyto(dst, src)
             if act is not None:
                 apply_activation(dst, act)
 
     parallel(part, y.shape[1], y.size * (1 + (b is not None) + 3 * (act is not None)))  # passes per element
     return res
+
+
+def _with_bias_column(wm: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """The (M, K) GEMM weights ``wm`` with the bias (M,) appended as column K, and the GEMM depth:
+    multiplied by a row of ones in the column matrix, the bias is added inside the GEMM instead of
+    in a pass over the output (which for a layer that pads its planes is also the pass that drops
+    the padding columns). Without a bias, ``wm`` (contiguous) and K."""
+    if b is None:
+        return np.ascontiguousarray(wm), wm.shape[1]
+    return np.ascontiguousarray(np.concatenate([wm, b.reshape(-1, 1).astype(wm.dtype)], axis=1)), wm.shape[1] + 1
 
 
 def _depthwise_plan(w: np.ndarray, mult: int, pb: list[int], pe: list[int], out: list[int],
@@ -113,10 +131,11 @@ def _depthwise_plan(w: np.ndarray, mult: int, pb: list[int], pe: list[int], out:
     return run
 
 
-def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, mult: int, pb: list[int],
-                      out: list[int], strides: list[int], dil: list[int]) -> ConvRun:
+def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.ndarray | None, mult: int,
+                      pb: list[int], out: list[int], strides: list[int], dil: list[int]) -> ConvRun:
     """2-D depthwise conv on flattened phase planes (see ``phase_planes``): every kernel tap is one
-    contiguous slice for all planes at once, so the work is long unit-stride loops or BLAS calls."""
+    contiguous slice for all planes at once, so the work is long unit-stride loops or BLAS calls.
+    The bias ``b`` (M,) or None is added inside the GEMMs (see ``_with_bias_column``)."""
     n, c, h, wd = x_shape
     m = c * mult
     if n == 0 or m == 0:
@@ -144,7 +163,8 @@ def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, 
     cb = max(1, min(_COLS_BYTES // (per_row * rows), -(-m // current_threads()) if nbands == 1 else m))
     nblocks = -(-m // cb)
     grids, perm = _tap_grids(offsets, kernel)
-    wb = np.ascontiguousarray(wv[:, perm]).reshape(m, 1, ktaps)
+    wb, depth = _with_bias_column(wv[:, perm], b)
+    wb = wb.reshape(m, 1, depth)
     plane, sb = hq * wq, len(phases_w)
 
     def run_gemm(x: np.ndarray) -> np.ndarray:
@@ -152,7 +172,8 @@ def _depthwise2d_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, 
         y = empty((n, m, 1, length), dtype)
 
         def blocks(k0: int, k1: int) -> None:
-            cols = np.empty((n, min(cb, m), ktaps, min(rows, out[0]) * wq), dtype=dtype)
+            cols = np.empty((n, min(cb, m), depth, min(rows, out[0]) * wq), dtype=dtype)
+            cols[:, :, ktaps:] = 1  # the bias row (when there is one): never overwritten
             for k in range(k0, k1):
                 blk, band = divmod(k, nbands)
                 c0, c1 = blk * cb, min(m, blk * cb + cb)
@@ -316,11 +337,12 @@ def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray,
     return run
 
 
-def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, pb: list[int],
-                          out: list[int], strides: list[int], dil: list[int]) -> ConvRun:
+def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.ndarray | None,
+                          pb: list[int], out: list[int], strides: list[int], dil: list[int]) -> ConvRun:
     """2-D ungrouped convolution with few input channels: im2col on ``phase_planes``, where the taps
     of one phase plane are a regular grid of contiguous slices (one strided-view copy per grid and
-    column band, unit-stride inner loops), then one GEMM of depth C x taps per band."""
+    column band, unit-stride inner loops), then one GEMM of depth C x taps per band (plus a row of
+    ones for the bias ``b``, see ``_with_bias_column``)."""
     n, c, h, wd = x_shape
     m = w.shape[0]
     kernel = tuple(w.shape[2:])
@@ -328,7 +350,7 @@ def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarr
     length = out[0] * wq
     ktaps = len(offsets)
     grids, perm = _tap_grids(offsets, kernel)
-    wg = np.ascontiguousarray(w.reshape(m, c, ktaps)[:, :, perm]).reshape(m, c * ktaps)
+    wg, depth = _with_bias_column(w.reshape(m, c, ktaps)[:, :, perm].reshape(m, c * ktaps), b)
     isz = np.dtype(dtype).itemsize
     band = max(wq, min(_COLS_BYTES // (c * ktaps * isz), -(-n * length // current_threads())))
     nbands = -(-length // band)
@@ -339,7 +361,9 @@ def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarr
         y = empty((n, m, length), dtype)
 
         def bands(k0: int, k1: int) -> None:
-            cols = np.empty((c, ktaps, min(band, length)), dtype=dtype)
+            rows = np.empty((depth, min(band, length)), dtype=dtype)
+            rows[c * ktaps:] = 1  # the bias row (when there is one): never overwritten
+            cols = rows[:c * ktaps].reshape(c, ktaps, -1)
             for k in range(k0, k1):
                 b, l0 = divmod(k, nbands)
                 l0 *= band
@@ -350,7 +374,7 @@ def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarr
                                       offset=(((ai * sb + bi) * n + b) * c * plane + o + l0) * isz,
                                       strides=(plane * isz, rs * isz, cs * isz, isz))
                     cc[:, t0:t0 + nr * nc].reshape(c, nr, nc, lb)[...] = view
-                np.matmul(wg, cc.reshape(c * ktaps, lb), out=y[b, :, l0:l0 + lb])
+                np.matmul(wg, rows[:, :lb], out=y[b, :, l0:l0 + lb])
 
         parallel(bands, n * nbands, n * m * c * ktaps * length)
         return drop_columns(y, out, wq, copy=False)
@@ -407,8 +431,12 @@ def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.nd
     kernel = list(w.shape[2:])
     g = geometry(op, x_shape[2:], attrs, kernel)
     nsp = len(kernel)
+    out_shape = (n, m, *g.out)
+    bias = _bias(op, b, m, len(out_shape), dtype)
     if cg == 1 and group == c and group > 1 and nsp == 2:
-        body = _depthwise2d_plan(x_shape, dtype, w, m // c, g.pad_begin, g.out, g.strides, g.dilations)
+        body = _depthwise2d_plan(x_shape, dtype, w, _flat_bias(bias), m // c, g.pad_begin, g.out, g.strides,
+                                 g.dilations)
+        bias = None
     elif cg == 1 and group == c and group > 1:
         body = _depthwise_plan(w, m // c, g.pad_begin, g.pad_end, g.out, g.strides, g.dilations)
     elif all(k == 1 for k in kernel) and not g.padded:
@@ -416,11 +444,11 @@ def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.nd
     elif group == 1 and nsp == 2 and _shifted_gemm_pays(c, m):
         body = _conv_shifted_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)
     elif group == 1 and nsp == 2:
-        body = _conv_phase_cols_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)
+        body = _conv_phase_cols_plan(x_shape, dtype, w, _flat_bias(bias), g.pad_begin, g.out, g.strides,
+                                     g.dilations)
+        bias = None
     else:
         body = _im2col_plan(w, group, g.pad_begin, g.pad_end, g.out, g.strides, g.dilations)
-    out_shape = (n, m, *g.out)
-    bias = _bias(op, b, m, len(out_shape), dtype)
     act = activation_function(attrs.get("_act"))
     if tail is not None:
         act = then(act, tail)
