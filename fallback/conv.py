@@ -382,6 +382,113 @@ def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarr
     return run
 
 
+# ---- Winograd F(2x2, 3x3) ------------------------------------------------------------------
+
+# weight transform G (4x3) of Winograd's F(2, 3); the input transform B^T and output transform A^T
+# are written out as adds in _conv_winograd_plan
+_WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+# tile rows per band: the band's transformed input and GEMM results (16 planes each) stay about this size
+_WINOGRAD_BAND_BYTES = 1 << 20
+# where Winograd beats the shifted GEMMs (1-thread, interleaved A/B of min times under load, YOLOv8n
+# and PP-OCR shapes, Winograd / shifted): 32->32 at 40x40 0.84, 64->64 at 20x20 0.85 and at 40x40
+# 0.53-0.78, 128->128 at 10x10 0.88; slower with fewer output than input channels (128->64 at 20x20
+# 0.97-1.15, 256->64 at 10x10 1.09, 96->24 at 30x30 1.46), with few channels (16->16 at 80x80 1.6) and
+# on little work (64->64 at 10x10 1.23)
+_WINOGRAD_MIN_CHANNELS = 32
+_WINOGRAD_MIN_WORK = 1 << 20  # input x output channels x output pixels
+
+
+def _winograd_pays(c: int, m: int, kernel: list[int], strides: list[int], dil: list[int], out: list[int]) -> bool:
+    """Whether an ungrouped 2-D convolution runs as Winograd F(2x2, 3x3) (see ``_conv_winograd_plan``)."""
+    return (kernel == [3, 3] and strides == [1, 1] and dil == [1, 1] and _WINOGRAD_MIN_CHANNELS <= c <= m
+            and c * m * out[0] * out[1] >= _WINOGRAD_MIN_WORK)
+
+
+def _conv_winograd_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, pb: list[int],
+                        out: list[int], direct: ConvRun) -> ConvRun:
+    """3x3 stride-1 convolution as Winograd F(2x2, 3x3): each 2x2 block of outputs from a 4x4 tile of
+    the padded input, transformed (B^T d B, adds only), multiplied per transform position by the
+    transformed weights (G g G^T, made once): 16 GEMMs of depth C on a quarter of the pixels, 4 M C
+    multiply-adds per pixel instead of 9 M C; then the inverse transform (A^T . A, adds only). Both
+    transforms are separable and run as whole-plane adds of strided views, a band of tile rows at a
+    time so the 16 planes stay in cache. Rounding: within fp32 of the direct sum (the transforms
+    have coefficients 0, +-1 and +-1/2). The transforms mix a tile's inputs (an infinity would turn
+    its neighbours' outputs into NaN), so an input that is not all finite (its sum is not finite:
+    one reduction, also true of sums that overflow) runs on ``direct`` (the same convolution without
+    Winograd), which keeps IEEE semantics."""
+    n, c, h, wd = x_shape
+    m = w.shape[0]
+    oh, ow = out
+    th, tw = -(-oh // 2), -(-ow // 2)
+    hp, wp = 2 * th + 2, 2 * tw + 2
+    u = np.einsum("ai,mcij,bj->abmc", _WINOGRAD_G, w.astype(np.float64), _WINOGRAD_G)
+    u = np.ascontiguousarray(u.reshape(16, m, c).astype(dtype))
+    pt, pl = pb
+    r0, r1 = max(0, pt), min(hp, h + pt)  # the padded rows / columns the input fills
+    c0, c1 = max(0, pl), min(wp, wd + pl)
+    isz = np.dtype(dtype).itemsize
+    tb = max(1, min(th, _WINOGRAD_BAND_BYTES // ((16 * (c + m) + 4 * c * 2) * tw * isz),
+                    -(-n * th // current_threads())))
+    nbands = -(-th // tb)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        if not np.isfinite(np.sum(x)):
+            return direct(x)
+        xp = empty((n, c, hp, wp), dtype)
+        for rows, cols in ((slice(0, r0), slice(None)), (slice(r1, hp), slice(None)),
+                           (slice(r0, r1), slice(0, c0)), (slice(r0, r1), slice(c1, wp))):
+            xp[:, :, rows, cols] = 0
+        xp[:, :, r0:r1, c0:c1] = x[:, :, r0 - pt:r1 - pt, c0 - pl:c1 - pl]
+        y = empty((n, m, 2 * th, 2 * tw), dtype)
+
+        def bands(k0: int, k1: int) -> None:
+            rr = np.empty((4, c, tb, wp), dtype=dtype)
+            vv = np.empty((16, c, tb * tw), dtype=dtype)
+            mm = np.empty((16, m, tb * tw), dtype=dtype)
+            ss = np.empty((2, 4, m, tb * tw), dtype=dtype)
+            for k in range(k0, k1):
+                b, band = divmod(k, nbands)
+                i0 = band * tb
+                nt = min(th, i0 + tb) - i0
+                size = nt * tw
+                # B^T d: rows 0-2, 1+2, 2-1, 1-3 of each tile (rows 2i + r of the padded input)
+                d = [xp[b, :, 2 * i0 + r:2 * (i0 + nt) + r:2] for r in range(4)]
+                r_ = rr[:, :, :nt]
+                np.subtract(d[0], d[2], out=r_[0])
+                np.add(d[1], d[2], out=r_[1])
+                np.subtract(d[2], d[1], out=r_[2])
+                np.subtract(d[1], d[3], out=r_[3])
+                # (B^T d) B: the same on columns 2j + s, all four row combinations at once
+                e = [r_[..., s:s + 2 * tw - 1:2] for s in range(4)]
+                v = vv[:, :, :size].reshape(4, 4, c, nt, tw)
+                np.subtract(e[0], e[2], out=v[:, 0])
+                np.add(e[1], e[2], out=v[:, 1])
+                np.subtract(e[2], e[1], out=v[:, 2])
+                np.subtract(e[1], e[3], out=v[:, 3])
+                prod = mm[:, :, :size]
+                np.matmul(u, vv[:, :, :size], out=prod)
+                # A^T M: rows 0+1+2 and 1-2-3, then the same on columns, into the 2x2 output blocks
+                pv = prod.reshape(4, 4, m, size)
+                s_ = ss[:, :, :, :size]
+                np.add(pv[0], pv[1], out=s_[0])
+                s_[0] += pv[2]
+                np.subtract(pv[1], pv[2], out=s_[1])
+                s_[1] -= pv[3]
+                sv = s_.reshape(2, 4, m, nt, tw)
+                yv = y[b].reshape(m, th, 2, tw, 2)[:, i0:i0 + nt].transpose(2, 0, 1, 3, 4)  # (p, m, nt, tw, q)
+                np.add(sv[:, 0], sv[:, 1], out=yv[..., 0])
+                yv[..., 0] += sv[:, 2]
+                np.subtract(sv[:, 1], sv[:, 2], out=yv[..., 1])
+                yv[..., 1] -= sv[:, 3]
+
+        parallel(bands, n * nbands, 4 * n * m * c * th * tw * 4)
+        if 2 * th == oh and 2 * tw == ow:
+            return y
+        return y[:, :, :oh, :ow]
+
+    return run
+
+
 def _pointwise_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, out: list[int],
                     strides: list[int]) -> ConvRun:
     """1x1 convolution without padding: a (batched) GEMM on the input, no im2col."""
@@ -441,6 +548,10 @@ def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.nd
         body = _depthwise_plan(w, m // c, g.pad_begin, g.pad_end, g.out, g.strides, g.dilations)
     elif all(k == 1 for k in kernel) and not g.padded:
         body = _pointwise_plan(x_shape, w, group, g.out, g.strides)
+    elif (group == 1 and nsp == 2 and _winograd_pays(c, m, kernel, g.strides, g.dilations, g.out)
+          and np.isfinite(w).all()):
+        body = _conv_winograd_plan(x_shape, dtype, w, g.pad_begin, g.out,
+                                   _conv_shifted_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations))
     elif group == 1 and nsp == 2 and _shifted_gemm_pays(c, m):
         body = _conv_shifted_plan(x_shape, dtype, w, g.pad_begin, g.out, g.strides, g.dilations)
     elif group == 1 and nsp == 2:

@@ -147,6 +147,37 @@ def test_conv_3x3_with_8_or_more_channels(c, m, stride, dil):
           dict(kernel_shape=[3, 3], strides=[stride] * 2, dilations=[dil] * 2, pads=[1, 2, 0, 1]))
 
 
+@pytest.mark.parametrize("pads", [[1, 1, 1, 1], [1, 2, 0, 1], [0, 0, 0, 0]], ids=["same", "asymmetric", "valid"])
+@pytest.mark.parametrize("bands", [False, True], ids=["one-band", "row-bands"])
+def test_conv_3x3_winograd(pads, bands, monkeypatch):
+    """3x3 stride-1 convolutions that run as Winograd F(2x2, 3x3) (``fallback.conv._winograd_pays``,
+    here also on a small input) against onnxruntime: even and odd output sizes, asymmetric pads,
+    batch 2; with ``bands`` one tile row per band, split over two kernel threads."""
+    from gpubackend.fallback import _runtime, conv, kernel_threads
+
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_WORK", 0)
+    if bands:
+        monkeypatch.setattr(conv, "_WINOGRAD_BAND_BYTES", 1)
+        monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1 << 10)
+    assert conv._winograd_pays(32, 40, [3, 3], [1, 1], [1, 1], [13, 11])
+    x = rand(2, 32, 13, 11, seed=12, lo=-1)
+    with kernel_threads(2):
+        check("Conv", [x, rand(40, 32, 3, 3, seed=13, lo=-1), rand(40, seed=14)], dict(kernel_shape=[3, 3], pads=pads))
+
+
+def test_conv_3x3_winograd_keeps_ieee_infinities(monkeypatch):
+    """An infinite input runs without Winograd (whose transforms would turn a tile's other outputs
+    into NaN): the outputs that read it are +-inf or NaN as onnxruntime has them, the others finite."""
+    from gpubackend.fallback import conv
+
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_WORK", 0)
+    x = rand(1, 32, 8, 8, seed=15, lo=-1)
+    x[0, 3, 0, 0] = np.inf
+    x[0, 5, 4, 5] = -np.inf
+    got = check("Conv", [x, rand(32, 32, 3, 3, seed=16, lo=-1)], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))[0]
+    assert np.isfinite(got[0, :, 3:, :3]).all()
+
+
 @pytest.mark.parametrize("rank", [1, 3])
 @pytest.mark.parametrize("group", [1, 4])
 def test_conv_1d_3d(rank, group):
