@@ -630,7 +630,9 @@ def _operand(graph: Graph, name: str, out_shape: tuple[int, ...], key: str) -> t
         raise Decline(f"{name!r} has a higher rank than the output")
     padded = (1,) * (r - len(shape)) + shape
     if name in graph.constants:
-        binding = Binding("const", key, pack(np.asarray(graph.constants[name], np.float32).reshape(padded)))
+        # fp32 whatever the precision: a constant rounded to fp16 biases every element it meets
+        # (x * 1.3 came out up to 1 ulp low in 20% of elements; binary.comp A32 / B32)
+        binding = Binding("const", key, pack(np.asarray(graph.constants[name], np.float32).reshape(padded)), True)
     else:
         if len(shape) != r and not same_layout(shape, padded):
             raise Decline(f"runtime operand {name!r} of rank {len(shape)} broadcast to rank {r} "
@@ -669,7 +671,8 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
     params = (("d0", d0), ("d1", d1), ("d2", d2), ("c4s", c4), ("c", c),
               ("a0", sa[0]), ("a1", sa[1]), ("a2", sa[2]), ("a3", sa[3]), ("a_splat", fa),
               ("b0", sb[0]), ("b1", sb[1]), ("b2", sb[2]), ("b3", sb[3]), ("b_splat", fb))
-    return [Kernel("binary", "compute/binary.comp", _variant(precision, BOP=ew.BOP_CODES[key]), params,
+    wide = {f"{k}32": 1 for k, b in (("A", ba), ("B", bb)) if b.fp32 and precision == "fp16"}
+    return [Kernel("binary", "compute/binary.comp", _variant(precision, BOP=ew.BOP_CODES[key], **wide), params,
                    (ba, bb, Binding("out", y)),
                    groups, local, node.name)]
 
@@ -988,6 +991,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             out.append(("compute/unary.comp", _variant(prec, ACT=act)))
         for bop in ew.BOP_CODES.values():
             out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
+            if prec == "fp16":
+                out += [("compute/binary.comp", _variant(prec, BOP=bop, **{wide: 1})) for wide in ("A32", "B32")]
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
     return out + compute_ops.variants() + compute_exact.variants() + compute_quant.variants(PRECISIONS, fused)

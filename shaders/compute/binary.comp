@@ -13,8 +13,22 @@ PARAMS_BEGIN
     int b0; int b1; int b2; int b3; int b_splat;
 PARAMS_END
 
+// A32 / B32 (with FP16): that operand is stored as fp32 vec4s (a constant, or a tensor the
+// mixed-precision policy keeps in fp32), so it is not rounded to fp16 first.
+#ifdef A32
+layout(std430, binding = 0) readonly buffer A { vec4 a[]; };
+#define LDA(i) a[i]
+#else
 layout(std430, binding = 0) readonly buffer A { SVEC4 a[]; };
+#define LDA(i) LD(a, i)
+#endif
+#ifdef B32
+layout(std430, binding = 1) readonly buffer Bb { vec4 b[]; };
+#define LDB(i) b[i]
+#else
 layout(std430, binding = 1) readonly buffer Bb { SVEC4 b[]; };
+#define LDB(i) LD(b, i)
+#endif
 layout(std430, binding = 2) writeonly buffer Y { SVEC4 y[]; };
 
 void main() {
@@ -26,8 +40,8 @@ void main() {
     r /= p.d2;
     int i1 = r % p.d1;
     int i0 = r / p.d1;
-    vec4 av = LD(a, i0 * p.a0 + i1 * p.a1 + i2 * p.a2 + c4 * p.a3);
-    vec4 bv = LD(b, i0 * p.b0 + i1 * p.b1 + i2 * p.b2 + c4 * p.b3);
+    vec4 av = LDA(i0 * p.a0 + i1 * p.a1 + i2 * p.a2 + c4 * p.a3);
+    vec4 bv = LDB(i0 * p.b0 + i1 * p.b1 + i2 * p.b2 + c4 * p.b3);
     if (p.a_splat != 0) av = av.xxxx;
     if (p.b_splat != 0) bv = bv.xxxx;
     vec4 v = binop(av, bv);
