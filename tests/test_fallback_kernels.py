@@ -147,6 +147,17 @@ def test_conv_3x3_with_8_or_more_channels(c, m, stride, dil):
           dict(kernel_shape=[3, 3], strides=[stride] * 2, dilations=[dil] * 2, pads=[1, 2, 0, 1]))
 
 
+@pytest.mark.parametrize("c,m", [(4, 12), (5, 9)])  # bias in the GEMM, bias pass
+def test_conv_pointwise_expansion_with_bias(c, m):
+    """1x1 convolutions with over twice as many output channels as input channels add their bias
+    inside the GEMM (``fallback.conv._pointwise_bias_plan``): against onnxruntime, with the input
+    itself left unchanged."""
+    x = rand(1, c, 9, 7, seed=17, lo=-1)
+    before = x.copy()
+    check("Conv", [x, rand(m, c, 1, 1, seed=18, lo=-1), rand(m, seed=19)], dict(kernel_shape=[1, 1]))
+    np.testing.assert_array_equal(x, before)
+
+
 @pytest.mark.parametrize("pads", [[1, 1, 1, 1], [1, 2, 0, 1], [0, 0, 0, 0]], ids=["same", "asymmetric", "valid"])
 @pytest.mark.parametrize("bands", [False, True], ids=["one-band", "row-bands"])
 def test_conv_3x3_winograd(pads, bands, monkeypatch):
