@@ -17,8 +17,10 @@ prints the NumPy engine's mean milliseconds per op type from profiled runs (dept
 convolutions split out). With ``--serial-share`` it prints, per ``MIN_PART_WORK`` exponent, how
 much of a NumPy-engine run with ``--threads`` threads can use them at all: CPU ms outside the kernel
 calls that split (serial), CPU ms inside them (all threads), hand-offs, and the Amdahl bound
-serial + split / threads on the wall-time speed-up; CPU shares, so usable on a busy machine. Run
-the table on a quiet machine.
+serial + split / threads on the wall-time speed-up; CPU shares, so usable on a busy machine. With
+``--baseline-conv REV`` it adds a runner ``numpy@REV``: the NumPy engine with the Conv kernels of
+``fallback/conv.py`` at git revision REV (the rest of ``fallback`` as checked out), for an
+interleaved before/after of Conv changes in one process. Run the table on a quiet machine.
 """
 
 from __future__ import annotations
@@ -66,6 +68,46 @@ def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     if name not in zoo.BY_NAME:
         raise SystemExit(f"unknown model {name}: selfie, mobilenet, unet or one of {', '.join(zoo.BY_NAME)}")
     return onnx.load(str(zoo.fetch(name))), make_input(zoo.BY_NAME[name], small=False)
+
+
+def _baseline_conv(rev: str):  # -> module
+    """``fallback/conv.py`` at git revision ``rev`` as a module of the live ``gpubackend.fallback``
+    package (its helpers are the checked-out ones), without replacing the live Conv kernels."""
+    import subprocess
+    import types
+
+    from gpubackend import fallback
+    from gpubackend.fallback import _registry
+
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:fallback/conv.py"], check=True,
+                         capture_output=True, text=True).stdout
+    mod = types.ModuleType(f"{fallback.__name__}.conv_at_{rev}")
+    mod.__package__ = fallback.__name__
+    saved = dict(_registry.KERNELS), dict(_registry.NODE_KERNELS)
+    try:
+        exec(compile(src, f"{rev}:fallback/conv.py", "exec"), mod.__dict__)
+    finally:  # its @register / NODE_KERNELS lines must not replace the live kernels
+        _registry.KERNELS.clear()
+        _registry.KERNELS.update(saved[0])
+        _registry.NODE_KERNELS.clear()
+        _registry.NODE_KERNELS.update(saved[1])
+    return mod
+
+
+def _baseline_session(model: onnx.ModelProto, threads: int, conv_mod) -> gpubackend.Session:
+    """A NumPy-engine session whose Conv nodes get ``conv_mod``'s kernels (they are bound when the
+    session compiles, so only its construction sees the swap)."""
+    from gpubackend import fallback
+    from gpubackend.fallback import _registry
+
+    live = _registry.KERNELS["Conv"], _registry.NODE_KERNELS["Conv"], fallback.conv_node_kernel
+    _registry.KERNELS["Conv"], _registry.NODE_KERNELS["Conv"] = conv_mod.k_conv, conv_mod.conv_node_kernel
+    fallback.conv_node_kernel = conv_mod.conv_node_kernel
+    try:
+        return gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(
+            cpu_engine="numpy", intra_op_num_threads=threads))
+    finally:
+        _registry.KERNELS["Conv"], _registry.NODE_KERNELS["Conv"], fallback.conv_node_kernel = live
 
 
 def _ort(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
@@ -228,6 +270,8 @@ def main() -> None:
     ap.add_argument("--serial-share", default="",
                     help="instead of the table: the NumPy engine's CPU time outside and inside the kernel calls "
                          "that split over --threads threads, at each MIN_PART_WORK exponent of this comma list")
+    ap.add_argument("--baseline-conv", default="", metavar="REV",
+                    help="add a runner numpy@REV: the NumPy engine with fallback/conv.py at git revision REV")
     args = ap.parse_args()
     if args.serial_share:
         for name in args.models.split(","):
@@ -239,8 +283,10 @@ def main() -> None:
         return
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     engines = args.engines.split(",")
-    print(f"| model | onnxruntime ms | {' | '.join('cpu:' + e for e in engines)} | numpy error |")
-    print(f"|---|---|{'---|' * len(engines)}---|")
+    baseline = _baseline_conv(args.baseline_conv) if args.baseline_conv else None
+    columns = ["cpu:" + e for e in engines] + ([f"numpy@{args.baseline_conv}"] if baseline else [])
+    print(f"| model | onnxruntime ms | {' | '.join(columns)} | numpy error |")
+    print(f"|---|---|{'---|' * len(columns)}---|")
     for name in args.models.split(","):
         model, feeds = _model(name)
         ref_sess = _ort(model, args.threads)
@@ -251,6 +297,8 @@ def main() -> None:
             sessions[engine] = gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(
                 cpu_engine=engine, intra_op_num_threads=args.threads))
             runners["cpu:" + engine] = functools.partial(sessions[engine].run, feeds)
+        if baseline is not None:
+            runners[columns[-1]] = functools.partial(_baseline_session(model, args.threads, baseline).run, feeds)
         err = _error(sessions["numpy"].run(feeds), ref) if "numpy" in sessions else float("nan")
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(args.blocks):
@@ -261,8 +309,8 @@ def main() -> None:
                     fn()
                     times[key].append(clock() - t0)
         base = statistics.median(times["ort"])
-        p50 = {e: statistics.median(times["cpu:" + e]) for e in engines}
-        cells = [f"{p50[e] * 1e3:.2f} ms ({p50[e] / base:.2f}x)" for e in engines]
+        p50 = {col: statistics.median(times[col]) for col in columns}
+        cells = [f"{p50[col] * 1e3:.2f} ms ({p50[col] / base:.2f}x)" for col in columns]
         print(f"| {name} | {base * 1e3:.2f} | {' | '.join(cells)} | {err:.1e} |", flush=True)
         if args.ops and "numpy" in sessions:
             _op_profile(sessions["numpy"], feeds, max(3, args.runs))
