@@ -81,23 +81,26 @@ def _channel_gate_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_the_mixed_precision_policy_keeps_a_channel_gate_in_fp32_on_gles3(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under precision="fp16", gles3 keeps tensors of at most 4096 elements (the pooled mean and
-    the gate here) in RGBA32F: the result meets the fp16 bar, and without the policy it does not."""
+@pytest.mark.parametrize("path", ["gles3", "gles31", "vulkan"])
+def test_the_mixed_precision_policy_keeps_a_channel_gate_in_fp32(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under precision="fp16", tensors of at most 4096 elements (the pooled mean and the gate
+    here) stay fp32 (gles3: RGBA32F; gles31 / vulkan: fp32 kernels, and globalpool / binary with
+    one fp32 binding, paths/compute_mixed.py): the result meets the fp16 bar, and without the
+    policy it does not."""
     from gpubackend import mixed_precision
     from gpubackend.kernel_check import compare
 
     report = gpubackend.probe()
-    if not report.usable("gles3"):
-        pytest.skip(f"gles3 is not usable here: {report.paths['gles3'].reason}")
+    if not report.usable(path):
+        pytest.skip(f"{path} is not usable here: {report.paths[path].reason}")
     rng = np.random.default_rng(0)
     x = (1.0 + rng.uniform(-0.02, 0.02, (1, 8, 32, 32)) + rng.uniform(-0.01, 0.01, (1, 8, 1, 1))).astype(np.float32)
     want = gpubackend.Session(_channel_gate_model(), path="cpu", cpu_engine="numpy").run({"x": x})[0]
-    with gpubackend.Session(_channel_gate_model(), path="gles3", precision="fp16", fallback=False) as sess:
+    with gpubackend.Session(_channel_gate_model(), path=path, precision="fp16", fallback=False) as sess:
         assert compare(sess.run({"x": x})[0], want) < 5e-3
         assert "mixed precision: 4 of 5 activations kept fp32" in sess.explain(), sess.explain()
     monkeypatch.setattr(mixed_precision, "SMALL_TENSOR_ELEMENTS", 0)
-    with gpubackend.Session(_channel_gate_model(), path="gles3", precision="fp16", fallback=False) as sess:
+    with gpubackend.Session(_channel_gate_model(), path=path, precision="fp16", fallback=False) as sess:
         assert compare(sess.run({"x": x})[0], want) > 2e-2
         assert "every activation in fp16" in sess.explain()
 

@@ -995,6 +995,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
                 out += [("compute/binary.comp", _variant(prec, BOP=bop, **{wide: 1})) for wide in ("A32", "B32")]
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
+        if prec == "fp16":  # the pooled mean kept fp32 (compute_mixed)
+            out.append(("compute/globalpool.comp", _variant(prec, Y32=1)))
     return out + compute_ops.variants() + compute_exact.variants() + compute_quant.variants(PRECISIONS, fused)
 
 

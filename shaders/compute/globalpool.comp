@@ -7,7 +7,14 @@ PARAMS_BEGIN
 PARAMS_END
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+// Y32 (with FP16): the mean is stored as fp32 (gpubackend/paths/compute_mixed.py keeps it so).
+#ifdef Y32
+layout(std430, binding = 1) writeonly buffer Y { vec4 y[]; };
+#define STY(i, v) { y[i] = (v); }
+#else
 layout(std430, binding = 1) writeonly buffer Y { SVEC4 y[]; };
+#define STY(i, v) ST(y, i, v)
+#endif
 
 void main() {
     int i = flat_id();
@@ -31,5 +38,5 @@ void main() {
         for (; j < p.hw; j++) s0 += LD(x, base + j * p.c4s);
         acc = ((s0 + s1) + (s2 + s3)) / float(p.hw);
     }
-    ST(y, i, tail_zero(acc, c4, p.c));
+    STY(i, tail_zero(acc, c4, p.c));
 }

@@ -28,9 +28,10 @@ import numpy as np
 
 from capability_probe import cache, faults
 
+from ... import mixed_precision
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
-from .. import compute_quant, fp16_compute
+from .. import compute_mixed, compute_quant, fp16_compute
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, poison_words, run_steps, time_steps
@@ -195,6 +196,10 @@ class Gles31Segment(Segment):
         prec = self.precision
         records = compute_quant.fuse_requantize(records, graph, set(self.outputs))
         records = ck.elide_concats(records, set(self.outputs))
+        records, kept = compute_mixed.plan(records, self.nodes, graph, {*self.inputs, *self.outputs}, prec)
+        if prec == "fp16":
+            why = dict.fromkeys(kept, mixed_precision.REASON_SMALL)
+            self.notes.append(mixed_precision.describe(self.nodes, graph, why))
         root: dict[str, str] = {}  # tensor -> the tensor whose buffer it uses
         for r in records:
             if isinstance(r, ck.Alias):
@@ -231,7 +236,7 @@ class Gles31Segment(Segment):
                 shape = graph.shape(name)
                 if shape is None:
                     raise ValueError(f"gles31: no static shape for {name!r}")
-                size[name] = ck.storage_bytes(tuple(shape), prec)
+                size[name] = ck.storage_bytes(tuple(shape), compute_mixed.storage(name, kept, prec))
             return size[name]
 
         for r in records:  # an alias's view may be larger than its root's (never, but be safe)
@@ -280,7 +285,7 @@ class Gles31Segment(Segment):
             for define, binding in TEXTURE_BINDINGS.items():
                 if not dict(r.defines).get(define) or (define == "TEXW" and dict(r.defines).get("QW")):
                     continue  # int8 weights (QW) stay a storage buffer; their input may be a texture
-                fmt = rawgl.RG32UI if define == "TEXX" and prec == "fp16" else rawgl.RGBA32F
+                fmt = rawgl.RG32UI if define == "TEXX" and dict(r.defines).get("FP16") else rawgl.RGBA32F
                 texels = bound[binding].size // (8 if fmt == rawgl.RG32UI else 16)
                 if texels <= programs.max_texture_buffer_texels:
                     tex = _BufferTexture(self.gl, bound[binding].glo, fmt)

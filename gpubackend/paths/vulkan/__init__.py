@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ... import mixed_precision
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
-from .. import compute_quant
+from .. import compute_mixed, compute_quant
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import Generated, KernelCache
 from .device import KEY, MAX_PUSH_BYTES, VkDevice, spirv_dir
@@ -101,6 +102,7 @@ class VulkanSegment(Segment):
         self.precision = precision
         self.shapes = {n: tuple(int(d) for d in graph.shape(n) or ()) for n in [*inputs, *outputs]}
         self.notes = ck.variant_notes(records)  # which tuning variant each kernel runs, for explain()
+        self.kept: set[str] = set()  # tensors held in fp32 under precision="fp16" (compute_mixed)
         self.program = self._lower(graph, records)
         self.compiled = Compiled(dev, self.program, record_once)
         self.dispatch_count = len(self.program.steps)
@@ -110,8 +112,9 @@ class VulkanSegment(Segment):
 
     # ---- records -> plain program ---------------------------------------------------------
     def _spec(self, name: str, shape: tuple[int, ...], kind: str, data: np.ndarray | None = None) -> BufferSpec:
-        fp16 = self.precision == "fp16"
-        words = ck.storage_bytes(shape, self.precision) // 4
+        prec = compute_mixed.storage(name, self.kept, self.precision)
+        fp16 = prec == "fp16"
+        words = ck.storage_bytes(shape, prec) // 4
         return BufferSpec(name, words, np.uint32 if fp16 else np.float32, kind, data)
 
     def _words(self, packed: np.ndarray, fp32: bool = False) -> np.ndarray:
@@ -125,6 +128,11 @@ class VulkanSegment(Segment):
         elide = getattr(ck, "elide_concats", None)
         if elide is not None:  # producers write straight into a channel Concat's output
             records = elide(records, set(self.outputs))
+        records, self.kept = compute_mixed.plan(records, self.nodes, graph, {*self.inputs, *self.outputs},
+                                                self.precision)
+        if self.precision == "fp16":
+            why = dict.fromkeys(self.kept, mixed_precision.REASON_SMALL)
+            self.notes.append(mixed_precision.describe(self.nodes, graph, why))
         prog = Program()
         alias: dict[str, str] = {}  # tensor -> buffer holding it
         outs = set(self.outputs)
