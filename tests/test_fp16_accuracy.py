@@ -140,3 +140,25 @@ def test_fp16_storage_rounds_to_nearest(path: str) -> None:
     with gpubackend.Session(model, path=path, precision="fp16", fallback=False) as sess:
         got = sess.run({"x": x})[0]
     np.testing.assert_array_equal(got, (x * np.float32(1.3)).astype(np.float16).astype(np.float32))
+
+
+def test_compute_mixed_plan_rewrites_the_kernels_around_a_kept_gate() -> None:
+    """paths/compute_mixed.py on the channel gate: the pooled mean is written fp32 (Y32), the
+    gate's kernels run as fp32 variants (under fp16-compute too), the final Mul reads the gate
+    as an fp32 operand (B32 beside the fp16 x), and the segment's input and output stay fp16."""
+    import onnx
+
+    from gpubackend.model import to_graph
+    from gpubackend.paths import compute_kernels as ck
+    from gpubackend.paths import compute_mixed, fp16_compute
+
+    graph = to_graph(onnx.load_from_string(_channel_gate_model()))
+    records = [fp16_compute.mediump_record(r) for n in graph.nodes for r in ck.generate(n, graph, "fp16").payload]
+    planned, kept = compute_mixed.plan(records, graph.nodes, graph, {"x", "y"}, "fp16")
+    assert kept == {"m", "d", "z", "g"}
+    defines = {r.node: dict(r.defines) for r in planned}
+    assert defines["gap"].get("Y32") == 1 and defines["gap"].get("FP16") == 1
+    for node in ("sub", "mul", "gate"):
+        assert "FP16" not in defines[node] and "FP16_COMPUTE" not in defines[node], defines[node]
+    assert defines["scale"].get("B32") == 1 and "A32" not in defines["scale"] and "FP16_COMPUTE" not in defines["scale"]
+    assert compute_mixed.plan(records, graph.nodes, graph, {"x", "y"}, "fp32") == (records, set())

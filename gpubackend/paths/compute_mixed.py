@@ -7,7 +7,8 @@ touches it can say so: a kernel whose runtime tensors are all kept runs as its f
 two kernels at the edges of a squeeze-excite branch take one fp32 binding beside fp16 ones
 (``globalpool.comp`` ``Y32``: the pooled mean; ``binary.comp`` ``A32`` / ``B32``: the gate that
 scales the plane). A tensor any other kernel touches, a segment input or output, or an aliased
-view falls back to fp16. fp16-compute records (``FP16_COMPUTE``) are left as they are.
+view falls back to fp16. Under fp16-compute, a kernel touching a kept tensor computes in fp32
+(no ``FP16_COMPUTE``): the kept value would otherwise be rounded to fp16 by the arithmetic.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from . import compute_kernels as ck
 
 # kernel -> (binding roles that may be fp32 beside fp16 ones, the define per binding index)
 _MIXED = {"binary": ("in", {0: "A32", 1: "B32"}), "globalpool": ("out", {1: "Y32"})}
-_STORAGE_DEFINES = {"FP16", "A32", "B32", "Y32"}
+_STORAGE_DEFINES = {"FP16", "A32", "B32", "Y32", "FP16_COMPUTE"}
 
 
 def _runtime(rec: ck.Kernel, graph: Graph) -> list[tuple[int, ck.Binding]]:
@@ -33,8 +34,6 @@ def _fits(rec: ck.Kernel, graph: Graph, keep: set[str]) -> bool:
     kept = [b for _, b in bound if b.name in keep]
     if not kept:
         return True
-    if dict(rec.defines).get("FP16_COMPUTE"):
-        return False
     if len(kept) == len(bound):  # the whole kernel in fp32: a graph constant read as a tensor would be fp16
         return not any(b.role == "in" and (b.name in graph.constants or b.transform is not None) for b in rec.bindings)
     mixed = _MIXED.get(rec.kernel)
@@ -76,7 +75,8 @@ def plan(records: list[ck.Record], nodes: list[Node], graph: Graph, boundary: se
             out.append(replace(r, defines=defines, bindings=bindings))
         else:
             names = _MIXED[r.kernel][1]
-            out.append(replace(r, defines=tuple(sorted({*r.defines, *((names[i], 1) for i, _ in kept)}))))
+            wide = {d for d in r.defines if d[0] != "FP16_COMPUTE"} | {(names[i], 1) for i, _ in kept}
+            out.append(replace(r, defines=tuple(sorted(wide))))
     return out, keep
 
 
