@@ -147,6 +147,35 @@ def fuse_requantize(records: list[ck.Record], graph: Graph, keep: set[str]) -> l
     return [r for r in out if r is not None]
 
 
+def fuse_quantize_dequantize(records: list[ck.Record], keep: set[str]) -> list[ck.Record]:
+    """A per-tensor QuantizeLinear pass whose integers are read only by a per-tensor
+    DequantizeLinear pass (a float op's result quantized and dequantized again for the next float
+    op) becomes one pass (``THEN_DEQUANT`` in ``quantize.comp``): the same float32 operations on the
+    same values (8-bit integers are exact in fp32 and fp16 storage), one dispatch and one
+    activation write and read fewer. Not where the integers are in ``keep``."""
+    readers: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        srcs = [r.src] if isinstance(r, ck.Alias) else [b.name for b in r.bindings if b.role == "in"]
+        for name in srcs:
+            readers.setdefault(name, []).append(i)
+    out: list[ck.Record | None] = list(records)
+    for i, k in enumerate(records):
+        if not isinstance(k, ck.Kernel) or k.kernel != "quantize" or dict(k.defines).get("PER_AXIS"):
+            continue
+        q_out = k.bindings[-1].name
+        got = readers.get(q_out, [])
+        dq = records[got[0]] if len(got) == 1 and q_out not in keep else None
+        if not isinstance(dq, ck.Kernel) or dq.kernel != "dequantize" or dict(dq.defines).get("PER_AXIS"):
+            continue
+        dq_params = dict(dq.params)
+        params = tuple((n, dq_params["scale"] if n == "dq_scale" else dq_params["zp"] if n == "dq_zp" else v)
+                       for n, v in k.params)
+        out[i] = replace(k, defines=tuple(sorted({**dict(k.defines), "THEN_DEQUANT": 1}.items())),
+                         params=params, bindings=k.bindings[:-1] + (ck.Binding("out", dq.bindings[-1].name),))
+        out[got[0]] = None
+    return [r for r in out if r is not None]
+
+
 # ---- QuantizeLinear / DequantizeLinear ---------------------------------------------------------
 def _qdq(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
     rec = ops.require(node, graph, ops.QuantRecord)
@@ -173,7 +202,7 @@ def _qdq(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
     groups, local = ck._grid_flat(total)
     extra = {} if rec.quantize else {"DEQUANT": 1}
     params = (("total", total), ("c4s", c4s), ("c", ck.mem_dims(xs)[4]), ("lo", float(rec.lo)), ("hi", float(rec.hi)),
-              ("scale", float(rec.scale[0])), ("zp", float(rec.zero_point[0])))
+              ("scale", float(rec.scale[0])), ("zp", float(rec.zero_point[0])), ("dq_scale", 1.0), ("dq_zp", 0.0))
     bindings: tuple[ck.Binding, ...] = (ck.Binding("in", x), ck.Binding("out", y))
     if rec.axis is not None:  # per-axis scales in a buffer; per tensor they are two parameters
         n = len(rec.scale)
@@ -217,6 +246,7 @@ def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[st
         for per_axis in ({}, {"PER_AXIS": 1}):
             out.append(("compute/quantize.comp", ck._variant(prec, **per_axis)))
             out.append(("compute/quantize.comp", ck._variant(prec, DEQUANT=1, **per_axis)))
+        out.append(("compute/quantize.comp", ck._variant(prec, THEN_DEQUANT=1)))
     return out
 
 
@@ -277,5 +307,5 @@ def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[s
 
 register(ck.REGISTRY)
 
-__all__ = ["INTEGER_OUTPUT_OPS", "canary", "fuse_requantize", "pack_int8_words", "register", "unpack_int8_words",
-           "variants", "weight_bytes"]
+__all__ = ["INTEGER_OUTPUT_OPS", "canary", "fuse_quantize_dequantize", "fuse_requantize", "pack_int8_words", "register",
+           "unpack_int8_words", "variants", "weight_bytes"]

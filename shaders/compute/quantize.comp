@@ -4,10 +4,13 @@
 // reference); DEQUANT defined: y = (x - zero_point) * scale.
 // Per axis (PER_AXIS defined): QP holds scale and zero point per channel block along the packed
 // axis (scale at 2i, zero point at 2i + 1); per tensor they are the parameters scale and zp.
+// THEN_DEQUANT (per tensor, not with DEQUANT): the quantized value is dequantized at once,
+// y = (q - dq_zp) * dq_scale, the same operations as a DequantizeLinear pass over the stored q
+// (compute_quant.fuse_quantize_dequantize: the integers are read by nothing else).
 #include "compute/prelude.glsl"
 
 PARAMS_BEGIN
-    int total; int c4s; int c; float lo; float hi; float scale; float zp;
+    int total; int c4s; int c; float lo; float hi; float scale; float zp; float dq_scale; float dq_zp;
 PARAMS_END
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
@@ -36,6 +39,9 @@ void main() {
     // optimisation folds away
     bvec4 nan = greaterThan(floatBitsToUint(v) & uvec4(0x7fffffffu), uvec4(0x7f800000u));
     vec4 r = mix(q, vec4(0.0), nan);
+#ifdef THEN_DEQUANT
+    r = (r - vec4(p.dq_zp)) * vec4(p.dq_scale);
+#endif
 #endif
     ST(y, i, tail_zero(r, c4, p.c));
 }

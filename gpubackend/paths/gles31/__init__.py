@@ -195,6 +195,7 @@ class Gles31Segment(Segment):
     def _build(self, graph: Graph, records: list[ck.Record], programs: ProgramCache, poison: bool) -> None:
         prec = self.precision
         records = compute_quant.fuse_requantize(records, graph, set(self.outputs))
+        records = compute_quant.fuse_quantize_dequantize(records, set(self.outputs))
         records = ck.elide_concats(records, set(self.outputs))
         records, kept = compute_mixed.plan(records, self.nodes, graph, {*self.inputs, *self.outputs}, prec)
         if prec == "fp16":
