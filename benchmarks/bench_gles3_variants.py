@@ -10,7 +10,8 @@ Variants: ``taps`` (the default kernels), ``gather`` (ConvTranspose in the one-p
 matrix-vector products, the cap before the third session; ``unroll576``: up to 576), ``tiled`` (Gemm/MatMul and other
 1-pixel-tile outputs drawn tile by tile, as before the fourth session; ``onedraw196``: tiles
 up to 14x14 in one draw as well; ``targets2``: every tensor in 2 planes, so a conv fragment
-keeps 2 output slices instead of 4). Models: selfie,
+keeps 2 output slices instead of 4; ``px1``: Conv one output pixel per fragment, ``conv_px`` taken
+out). Models: selfie,
 unet_like, mobilenet_v2_like, an .onnx file, or one of the roofline kernels
 (matmul512, gemm256, conv3x3, conv1x1).
 """
@@ -45,6 +46,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tiled": {"limits": {"one_draw_tile_pixels": 0}},
     "onedraw196": {"limits": {"one_draw_tile_pixels": 196}},  # tiles up to 14x14 in one draw too
     "targets2": {"limits": {"targets": 2}},  # 2 render targets per pass (8 accumulator vectors, not 16)
+    "px1": {"disabled": {"conv_px"}},
+    "px4": {"limits": {"conv_px_pixels": 4}},  # conv_px: 4 pixels of one slice per fragment (default: 2 x 2 slices)
+    "pxall": {"limits": {"conv_px_min_macs": 0}},  # conv_px also for convs with few input channels
 }
 ROOFLINE = {"matmul512": "matmul 512^3", "gemm256": "gemm 256x1024x1024", "conv3x3": "conv 3x3 64ch 128x128",
             "conv1x1": "conv 1x1 128ch 64x64"}

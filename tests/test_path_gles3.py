@@ -187,6 +187,68 @@ def test_convtranspose_by_taps_declines_what_the_gather_form_takes():
         assert kernels.build(node, graph, gpath().limits).name == "convtranspose"
 
 
+# (N, Cin, H, W, Cout, kernel, stride, pads, dilation, pixels per fragment): an output width not
+# a multiple of the pixels, output slices not a multiple of the slices per fragment, strided,
+# dilated, 1x1 over a batch with channels not a multiple of 4, 4 pixels of one slice
+CONV_PX = [(1, 15, 32, 33, 6, 3, 1, 1, 1, 2),
+           *(pytest.param(*c, marks=pytest.mark.slow) for c in [
+               (1, 17, 66, 70, 13, 3, 2, 1, 1, 2), (1, 16, 36, 38, 5, 3, 1, 0, 2, 2),
+               (2, 130, 32, 33, 9, 1, 1, 0, 1, 2), (1, 15, 32, 34, 7, 3, 1, 1, 1, 4)])]
+
+
+@pytest.mark.parametrize("n,cin,h,w,cout,k,s,p,d,pixels", CONV_PX)
+def test_conv_several_pixels_per_fragment_matches_the_one_pixel_kernel(n, cin, h, w, cout, k, s, p, d, pixels):
+    """conv_px (several output pixels per fragment, then the pixels put in place) against the
+    reference and the one-pixel kernel, with NaN and Inf in the input."""
+    import dataclasses
+
+    from gpubackend.paths import gles3
+
+    x = rnd(n, cin, h, w)
+    x[0, 1, 2, 3], x[-1, 0, h - 1, w - 2] = np.nan, np.inf
+    wt, b = rnd(cout, cin, k, k, scale=0.3), rnd(cout)
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p] * 4, "dilations": [d, d]}
+    want = np.asarray(fallback.run_node("Conv", [x, wt, b], attrs, 17)[0])
+    node = Node("c", "Conv", ["x", "w", "b"], ["y"], dict(attrs))
+    graph = Graph([node], ["x"], ["y"], {"w": wt, "b": b}, {"x": x.shape, "w": wt.shape, "b": b.shape,
+                                                           "y": want.shape},
+                  {t: np.dtype(np.float32) for t in ("x", "w", "b", "y")}, 17, {"x": x.shape})
+    px = gles3.Gles3Path()
+    px.limits = dataclasses.replace(px.limits, conv_px_pixels=pixels)
+    assert [part.name for part in px.kernel(node, graph)] == ["conv_px", "conv_px_unpack"]
+    assert gles3.kernel_name(node, graph) == "conv_px"
+    one = gles3.Gles3Path(disabled_kernels=frozenset({"conv_px"}))
+    assert one.kernel(node, graph).name in ("conv", "conv1x1")
+    fin = np.isfinite(want)
+    for path in (px, one):
+        seg = path.compile([node], graph, ["x"], ["y"])
+        seg.poison = float("nan")
+        try:
+            stats = RunStats(profile=True)
+            got = seg.run({"x": x}, stats)["y"]
+        finally:
+            seg.close()
+        assert list(stats.node_seconds) == ["c"]  # both passes count as the graph's node
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+        assert rel_err(got[fin], want[fin]) < 1e-5
+
+
+def test_conv_several_pixels_per_fragment_declines_small_and_grouped():
+    from gpubackend.paths.gles3 import conv_px, kernels
+
+    lim = kernels.Limits()
+    for xs, ws, attrs in [((1, 16, 16, 16), (8, 16, 3, 3), {"pads": [1] * 4}),  # 256 output pixels
+                          ((1, 8, 32, 32), (8, 8, 3, 3), {"pads": [1] * 4}),  # 72 multiply-adds per output
+                          ((1, 16, 32, 32), (16, 1, 3, 3), {"pads": [1] * 4, "group": 16})]:
+        ys = (1, ws[0], xs[2], xs[3])
+        node = Node("c", "Conv", ["x", "w"], ["y"], attrs)
+        graph = Graph([node], ["x"], ["y"], {"w": rnd(*ws)}, {"x": xs, "w": ws, "y": ys},
+                      {t: np.dtype(np.float32) for t in ("x", "w", "y")}, 17, {"x": xs})
+        assert conv_px.declines(node, graph, lim)
+        assert kernels.build(node, graph, lim).name in ("conv", "depthwise")
+
+
 def test_binary_lower_rank_tensor_in_another_view_is_declined():
     path = gpath()
     g = Graph([], ["a", "b"], ["y"], {}, {"a": (1, 6, 5, 4), "b": (6, 1, 1), "y": (1, 6, 5, 4)}, {}, 17)

@@ -7,15 +7,7 @@
 #define CUSTOM_SLOTS
 #include "common/elementwise.glsl"
 
-// Tap (ky, kx) of output pixel (oy, ox): the clamped input pixel and whether it is inside.
-bool tap(int oy, int ox, int ky, int kx, out int iy, out int ix) {
-    iy = oy * SH - PT + ky * DH;
-    ix = ox * SW - PL + kx * DW;
-    bool inside = iy >= 0 && iy < X_H && ix >= 0 && ix < X_W;
-    iy = clamp(iy, 0, X_H - 1);
-    ix = clamp(ix, 0, X_W - 1);
-    return inside;
-}
+#include "gles3/conv_tap.glsl"
 
 // No divergent branches: a tap outside the input reads a clamped texel and selects zero, so the
 // weight indices stay uniform. With CONV_UNROLLED the preamble's conv_all() has every tap, input

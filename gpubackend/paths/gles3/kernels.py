@@ -53,6 +53,14 @@ class Limits:
     # finding its own slot and reading its weights from a texture, instead of one draw per tile
     # (M x slots draws of one pixel each: 16384 for a 512^3 MatMul). 0: always one draw per tile.
     one_draw_tile_pixels: int = 1
+    # conv_px (group-1 Conv, several output pixels per fragment, two passes, see conv_px.py): the
+    # pixels per fragment (a divisor of the render targets: the rest of them are output slices),
+    # the smallest output plane in pixels and the fewest multiply-adds per output value
+    # (kernel taps x input channels) it takes: below those the extra pass costs more than the
+    # weight loads it saves (selfie's 16-channel convs ran slower).
+    conv_px_pixels: int = 2
+    conv_px_min_pixels: int = 1024
+    conv_px_min_macs: int = 128
 
     @property
     def planes(self) -> int:
@@ -969,7 +977,7 @@ def kernel_name(node: Node, graph: Graph) -> str | None:
     # int8 weights (or the float kernel if those decline); ConvTranspose by taps where it applies,
     # else the gather form (a list of passes: named by the first)
     if (op in quant.WEIGHT_OPS and node.inputs[1:2] and node.inputs[1] in graph.dequantized) \
-            or op == "ConvTranspose":
+            or op == "ConvTranspose" or (op == "Conv" and conv_px.declines(node, graph, Limits()) is None):
         got = generate(REGISTRY, node, graph, Limits())
         if not isinstance(got, str):
             return (got.payload[0] if isinstance(got.payload, list) else got.payload).name
@@ -999,3 +1007,6 @@ for _op, (_name, _gen) in _INDEX_GENERATORS.items():
 from . import quant  # noqa: E402
 
 quant.register(REGISTRY)
+
+# Conv with several output pixels per fragment, before the one-pixel kernels.
+from . import conv_px  # noqa: E402
