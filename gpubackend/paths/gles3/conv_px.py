@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import ops
 from ...graph import Graph, Node
 from ...ops.elementwise import activation_defines
 from .kernels import (
@@ -29,6 +30,7 @@ from .kernels import (
     Limits,
     _conv_operands,
     _pack_weights,
+    _record,
     _shape,
     _source,
     geometry,
@@ -94,7 +96,10 @@ def declines(node: Node, graph: Graph, lim: Limits) -> str | None:
     ys = _shape(graph, node.outputs[0])
     if w is None or w.ndim != 4 or ys is None or len(ys) != 4:
         return "not a 2-D convolution with constant weights and a static output"
-    if node.attrs.get("group", 1) != 1:
+    rec = _record(node, graph, ops.ConvRecord)
+    if isinstance(rec, str):
+        return rec
+    if rec.group != 1:
         return "grouped or depthwise convolution"
     if w.shape[1] * w.shape[2] * w.shape[3] < lim.conv_px_min_macs:
         return f"{w.shape[1] * w.shape[2] * w.shape[3]} multiply-adds per output value: below {lim.conv_px_min_macs}"
@@ -112,8 +117,6 @@ def conv_px(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
     if isinstance(operands, str):
         return operands
     w, bias, ys, rec = operands
-    if rec.group != 1:
-        return "grouped or depthwise convolution"
     x, out = layout_of(_shape(graph, node.inputs[0]), lim), layout_of(ys, lim)
     if isinstance(x, str) or isinstance(out, str):
         return x if isinstance(x, str) else str(out)
