@@ -10,7 +10,8 @@ The OCR detectors' fp16 losses are spread over their large feature maps; no stat
 those is known yet.
 
 A path applies the policy where it can store tensors in different formats within one segment
-(gles3: RGBA32F beside RGBA16F textures); segment inputs and outputs keep the path's format.
+(gles3: RGBA32F beside RGBA16F textures; gles31 / vulkan: ``paths/compute_mixed.py``); segment
+inputs and outputs keep the path's format.
 """
 
 from __future__ import annotations

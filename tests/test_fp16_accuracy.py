@@ -162,3 +162,23 @@ def test_compute_mixed_plan_rewrites_the_kernels_around_a_kept_gate() -> None:
         assert "FP16" not in defines[node] and "FP16_COMPUTE" not in defines[node], defines[node]
     assert defines["scale"].get("B32") == 1 and "A32" not in defines["scale"] and "FP16_COMPUTE" not in defines["scale"]
     assert compute_mixed.plan(records, graph.nodes, graph, {"x", "y"}, "fp32") == (records, set())
+
+
+def test_compute_mixed_plan_keeps_a_layernorm_mean_in_fp32() -> None:
+    """A LayerNorm written as ReduceMean / Sub (as PP-OCRv6 rec's): the mean is stored fp32 by
+    reduce.comp (Y32) and read fp32 by the Sub (B32); the large tensors stay fp16."""
+    from gpubackend.model import to_graph
+    from gpubackend.paths import compute_kernels as ck
+    from gpubackend.paths import compute_mixed
+
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1], keepdims=1, name="mean"),
+             helper.make_node("Sub", ["x", "m"], ["y"], name="center")]
+    graph = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32])])
+    g = to_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    records = [r for n in g.nodes for r in ck.generate(n, g, "fp16").payload]
+    planned, kept = compute_mixed.plan(records, g.nodes, g, {"x", "y"}, "fp16")
+    assert kept == {"m"}
+    defines = {r.node: dict(r.defines) for r in planned}
+    assert defines["mean"].get("Y32") == 1 and defines["center"].get("B32") == 1
+    assert all(d.get("FP16") == 1 for d in defines.values())

@@ -4,10 +4,11 @@ compute paths (gles31, vulkan): which kernel records of a segment run on fp32 st
 The compute kernels have one storage define, ``FP16``, for all their bindings, so a kept tensor
 (small: pooled features, squeeze-excite vectors, gates) stays fp32 only where every kernel that
 touches it can say so: a kernel whose runtime tensors are all kept runs as its fp32 variant; the
-two kernels at the edges of a squeeze-excite branch take one fp32 binding beside fp16 ones
-(``globalpool.comp`` ``Y32``: the pooled mean; ``binary.comp`` ``A32`` / ``B32``: the gate that
-scales the plane). A tensor any other kernel touches, a segment input or output, or an aliased
-view falls back to fp16. Under fp16-compute, a kernel touching a kept tensor computes in fp32
+kernels at the edges of a squeeze-excite branch or a LayerNorm's statistics take one fp32 binding
+beside fp16 ones (``globalpool.comp`` ``Y32``: the pooled mean; ``reduce.comp`` ``Y32``: a mean
+or variance; ``binary.comp`` ``A32`` / ``B32``: the gate or statistic applied to the plane). A
+tensor any other kernel touches, a segment input or output, or an aliased view falls back to fp16.
+Under fp16-compute, a kernel touching a kept tensor computes in fp32
 (no ``FP16_COMPUTE``): the kept value would otherwise be rounded to fp16 by the arithmetic.
 """
 
@@ -20,7 +21,7 @@ from ..graph import Graph, Node
 from . import compute_kernels as ck
 
 # kernel -> (binding roles that may be fp32 beside fp16 ones, the define per binding index)
-_MIXED = {"binary": ("in", {0: "A32", 1: "B32"}), "globalpool": ("out", {1: "Y32"})}
+_MIXED = {"binary": ("in", {0: "A32", 1: "B32"}), "globalpool": ("out", {1: "Y32"}), "reduce": ("out", {2: "Y32"})}
 _STORAGE_DEFINES = {"FP16", "A32", "B32", "Y32", "FP16_COMPUTE"}
 
 

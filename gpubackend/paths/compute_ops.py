@@ -358,6 +358,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
         for shader in ("gather", "reduce", "softmax_axis", "affine", "matmul4", "norm"):
             out.append((f"compute/{shader}.comp", ck._variant(prec)))
         out.append(("compute/norm.comp", ck._variant(prec, STATS=1)))
+    out.append(("compute/reduce.comp", ck._variant("fp16", Y32=1)))  # a kept statistic (compute_mixed)
     return out
 
 

@@ -12,7 +12,14 @@ PARAMS_END
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
 layout(std430, binding = 1) readonly buffer M { ivec4 m[]; };
+// Y32 (with FP16): the result is stored as fp32 (gpubackend/paths/compute_mixed.py keeps it so).
+#ifdef Y32
+layout(std430, binding = 2) writeonly buffer Y { vec4 y[]; };
+#define STY(i, v) { y[i] = (v); }
+#else
 layout(std430, binding = 2) writeonly buffer Y { SVEC4 y[]; };
+#define STY(i, v) ST(y, i, v)
+#endif
 
 bool is_nan(float v) { return (floatBitsToUint(v) & 0x7fffffffu) > 0x7f800000u; }
 
@@ -75,5 +82,5 @@ void main() {
     for (int l = 0; l < 4; l++) {
         if (b[l] >= 0) v[l] = reduce_from(b[l]);
     }
-    ST(y, i, v);
+    STY(i, v);
 }
