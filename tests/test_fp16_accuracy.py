@@ -182,3 +182,33 @@ def test_compute_mixed_plan_keeps_a_layernorm_mean_in_fp32() -> None:
     defines = {r.node: dict(r.defines) for r in planned}
     assert defines["mean"].get("Y32") == 1 and defines["center"].get("B32") == 1
     assert all(d.get("FP16") == 1 for d in defines.values())
+
+
+def test_every_variant_compute_mixed_can_emit_is_shipped() -> None:
+    """compute_mixed turns fp16 records into fp32 variants (FP16 and the fp32-binding defines
+    dropped) or adds A32 / B32 / Y32: the Vulkan path runs shipped SPIR-V only, so each such
+    variant must be in the build list (a missing A32+B32 binary once sent a model off vulkan)."""
+    from itertools import combinations
+    from pathlib import Path
+
+    from gpubackend.paths import compute_kernels as ck
+    from gpubackend.paths import compute_mixed
+    from gpubackend.shaders import build_spirv
+
+    shipped = set(build_spirv.variants())
+    for shader, defines in ck.variants():
+        d = dict(defines)
+        if d.get("FP16") != 1:
+            continue
+        fp32 = {k: v for k, v in d.items() if k not in compute_mixed._STORAGE_DEFINES}
+        assert (Path(shader).name, build_spirv.normalize(fp32)) in shipped, (shader, fp32)
+    for kernel, (_, names) in compute_mixed._MIXED.items():
+        shader = f"compute/{kernel}.comp"
+        bases = [dict(d) for s, d in ck.variants() if s == shader and dict(d).get("FP16") == 1
+                 and not set(dict(d)) & set(names.values())]
+        assert bases, shader
+        for base in bases:
+            for k in range(1, len(names) + 1):
+                for wide in combinations(sorted(names.values()), k):
+                    want = build_spirv.normalize({**base, **dict.fromkeys(wide, 1)})
+                    assert (Path(shader).name, want) in shipped, (shader, want)

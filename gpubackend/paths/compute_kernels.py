@@ -992,7 +992,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
         for bop in ew.BOP_CODES.values():
             out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
             if prec == "fp16":
-                out += [("compute/binary.comp", _variant(prec, BOP=bop, **{wide: 1})) for wide in ("A32", "B32")]
+                out += [("compute/binary.comp", _variant(prec, BOP=bop, **dict.fromkeys(wide, 1)))
+                        for wide in (("A32",), ("B32",), ("A32", "B32"))]
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
         if prec == "fp16":  # the pooled mean kept fp32 (compute_mixed)
