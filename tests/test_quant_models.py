@@ -129,7 +129,12 @@ def test_weight_bytes_at_least_3_5x_smaller_than_float() -> None:
 # ---- the two test models (tests/models.py), quantized the same way --------------------------------
 # model -> (reduced size, full size). Random weights, but calibrated and checked on the zoo's photo.
 TEST_MODELS = {"mobilenet_v2_like": {"small": 64, "full": 224}, "unet_like": {"small": 32, "full": 256}}
-TEST_MODEL_DEFAULT = {("mobilenet_v2_like", "vulkan"), ("unet_like", "vulkan"), ("unet_like", "cpu:numpy")}
+# default: unet_like at 32x32 on the numpy engine (1.7 s cold, its quantization included). Fully
+# cold (fresh probe, kernel checks, Mesa cache; load ~9) the GPU cases cost far more: first in the
+# run, mobilenet_v2_like 64 on vulkan 212 s and unet_like 32 on vulkan 179 s; unet_like after
+# mobilenet 27 s. So every GPU case is slow (mtcnn_onet on gles31 is the default quantized model on
+# a GPU path).
+TEST_MODEL_DEFAULT = {("unet_like", "cpu:numpy")}
 
 
 def _quantized_test_model(which: str, size: int, fmt: str) -> tuple[str, onnx.ModelProto, dict[str, np.ndarray]]:
