@@ -905,6 +905,9 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
            "ReduceLogSumExp": "acc += exp(v);"}.get(op, "acc += v;")
     fin = {"ReduceMean": f"acc / {lit(math.prod(x4[a] for a in axes))}", "ReduceL2": "sqrt(acc)",
            "ReduceLogSumExp": "log(acc)", "ReduceLogSum": "log(acc)"}.get(op, "acc")
+    # sums over several axes: each pass of the innermost loop sums on its own first (a running sum
+    # of a 120x160 plane lost enough of fp32 to be PP-OCRv6 det's largest single error step)
+    rows = upd.startswith("acc +=") and len(axes) > 1
     ld = g.load(x)
     lines = [helpers, "float compute(float n, float c, float h, float w) {", f"    float acc = {init};"]
     args = []
@@ -912,12 +915,16 @@ def gen_reduce(node: Node, graph: Graph, cfg: Config) -> Kernel:
         args.append(f"float(j{d})" if d in axes else src[d])
     indent = "    "
     for d in axes:
+        if rows and d == axes[-1]:
+            lines.append(f"{indent}float racc = 0.0;")
         lines.append(f"{indent}for (int j{d} = 0; j{d} < {x4[d]}; j{d}++) {{")
         indent += "    "
-    lines.append(f"{indent}float v = {ld}({', '.join(args)}); {upd}")
-    for _ in axes:
+    lines.append(f"{indent}float v = {ld}({', '.join(args)}); {upd.replace('acc', 'racc') if rows else upd}")
+    for d in reversed(axes):
         indent = indent[:-4]
         lines.append(f"{indent}}}")
+        if rows and d == axes[-1]:
+            lines.append(f"{indent}acc += racc;")
     lines += [f"    return {fin};", "}"]
     loops, trips = 0, 1
     for d in axes:  # nested: every entry of a loop takes its steps plus an exit
