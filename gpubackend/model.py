@@ -435,6 +435,7 @@ def optimize(graph: Graph) -> None:
     remove_identities(graph)
     ops.quant.requantize_in_integers(graph)
     rewrites.fold_channel_affine(graph)
+    rewrites.fold_input_affine(graph)
     rewrites.fuse_decomposed_hardswish(graph)
     fuse_activations(graph)
     remove_dead_nodes(graph)

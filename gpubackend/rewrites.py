@@ -5,6 +5,8 @@
   BatchNormalization right after a Conv / ConvTranspose goes into its weights and bias (PP-OCR's
   "learnable affine" blocks: a scalar Mul and Add after every conv; DBNet's ConvTranspose, bias
   Add, BatchNormalization).
+- :func:`fold_input_affine`: the same kind of tail when it feeds an unpadded, ungrouped Conv (PP-OCR's
+  affine block after the activation, before a 1x1 conv) goes into that conv's weights and bias.
 - :func:`fuse_decomposed_hardswish`: ``x * Clip(x + 3, 0, 6) / 6`` (four nodes, as exporters write
   HardSwish below opset 14) becomes one HardSwish node, which ``fuse_activations`` then fuses
   into the conv's epilogue.
@@ -116,6 +118,54 @@ def fold_channel_affine(graph: Graph) -> None:
         conv.inputs = [conv.inputs[0], w_name, b_name]
         graph.shapes.setdefault(y, shape)
         conv.outputs = [y]
+        graph.fused.setdefault(conv.name, []).extend(n.name for n in absorbed)
+        removed.update(n.name for n in absorbed)
+    graph.nodes = [n for n in graph.nodes if n.name not in removed]
+
+
+def fold_input_affine(graph: Graph) -> None:
+    """``Conv(h * scale + shift)`` with per-channel constants (a chain of Mul / Add / Sub, each the
+    only reader of the one before, the last read only by the Conv) becomes ``Conv'(h)`` with the
+    weights scaled per input channel and ``shift`` pushed through them into the bias, for a Conv
+    without padding (a padded border would see zeros, not ``shift``) and with one group."""
+    consumers = graph.consumers()
+    producers = graph.producers()
+    removed: set[str] = set()
+    for conv in graph.nodes:
+        if conv.op_type != "Conv" or not _standard(conv) or len(conv.inputs) < 2 or len(conv.outputs) != 1:
+            continue
+        w = _float_const(graph, conv.inputs[1])
+        bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else ""
+        b = _float_const(graph, bias_name) if bias_name else None
+        if w is None or w.ndim != 4 or conv.inputs[1] in graph.dequantized or (bias_name and b is None):
+            continue
+        rec = ops.lower(conv, graph)
+        if not isinstance(rec, ops.ConvRecord) or rec.group != 1 or any(rec.pads_begin) or any(rec.pads_end):
+            continue
+        channels = w.shape[1]
+        scale, shift = np.ones(channels), np.zeros(channels)  # from the chain's input to the conv's input
+        absorbed: list[Node] = []
+        x = conv.inputs[0]
+        while True:
+            node = producers.get(x)
+            if node is None or node.name in removed or _sole_reader(graph, x, consumers) is None:
+                break
+            runtime = [i for i in node.inputs if i not in graph.constants]
+            aff = _affine_of(node, graph, runtime[0], channels) if len(runtime) == 1 else None
+            if aff is None:
+                break
+            s, t = aff
+            scale, shift = s * scale, t * scale + shift
+            absorbed.append(node)
+            x = runtime[0]
+        if not absorbed:
+            continue
+        w64 = w.astype(np.float64)
+        new_b = (np.zeros(w.shape[0]) if b is None else b.astype(np.float64)) + np.einsum("oikl,i->o", w64, shift)
+        w_name, b_name = conv.name + "/input_affine_W", conv.name + "/input_affine_B"
+        graph.constants[w_name] = (w64 * scale.reshape(1, -1, 1, 1)).astype(np.float32)
+        graph.constants[b_name] = new_b.astype(np.float32)
+        conv.inputs = [x, w_name, b_name]
         graph.fused.setdefault(conv.name, []).extend(n.name for n in absorbed)
         removed.update(n.name for n in absorbed)
     graph.nodes = [n for n in graph.nodes if n.name not in removed]
