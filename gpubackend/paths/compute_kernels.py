@@ -889,12 +889,8 @@ _VIEW_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/con
                  "compute/resize.comp", "compute/gemm.comp", "compute/depthwise.comp", "compute/pool.comp"}
 
 
-def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
-    """Channel Concat without copies where possible: an input produced by a single-dispatch
-    kernel that writes through an output view (``oc4s``/``oc4o``), read by nothing but the
-    Concat and not in ``keep`` (tensors needed outside), at a channel offset that is a multiple
-    of 4 (and with a multiple of 4 channels unless it is the last input), is written straight
-    into the Concat's output; its copy dispatch is dropped. Other inputs keep their copy."""
+def _record_index(records: list[Record]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(readers per tensor, index of the record writing each tensor, records per node)."""
     readers: dict[str, int] = {}
     producer: dict[str, int] = {}
     per_node: dict[str, int] = {}
@@ -908,6 +904,62 @@ def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
                 readers[b.name] = readers.get(b.name, 0) + 1
             elif b.role == "out":
                 producer[b.name] = i
+    return readers, producer, per_node
+
+
+# Shaders whose finished sums go through compute/epilogue.glsl (ACT, GATE).
+_EPILOGUE_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/convtranspose_tap.comp",
+                     "compute/gemm.comp", "compute/depthwise.comp"}
+# Activations an epilogue applies as a gate, y = x * act(x) (GATE): Sigmoid, for SiLU.
+GATE_ACTS = ("Sigmoid",)
+
+
+def fuse_gates(records: list[Record], keep: set[str]) -> list[Record]:
+    """SiLU written as two nodes, s = Sigmoid(t) then z = Mul(t, s) (YOLOv8's conv blocks), after a
+    single-dispatch kernel with an epilogue (conv, gemm, depthwise, ConvTranspose) that writes t
+    with no activation: that kernel writes z itself (GATE, z = t * Sigmoid(t)) and the unary and
+    binary dispatches are dropped. Only when t and s are read by nothing else and not in ``keep``."""
+    readers, producer, per_node = _record_index(records)
+    gate_codes = {ACT_CODES[a] for a in GATE_ACTS}
+    muls: dict[frozenset[str], int] = {}
+    for j, r in enumerate(records):
+        if isinstance(r, Kernel) and r.kernel == "binary" and dict(r.defines).get("BOP") == ew.BOP_CODES["Mul"]:
+            p = dict(r.params)
+            ins = [b for b in r.bindings if b.role == "in" and b.transform is None]
+            if len(ins) == 2 and not p["a_splat"] and not p["b_splat"] \
+                    and all(p[f"a{k}"] == p[f"b{k}"] for k in range(4)):
+                muls.setdefault(frozenset(b.name for b in ins), j)
+    out: list[Record | None] = list(records)
+    for i, u in enumerate(records):
+        if not isinstance(u, Kernel) or u.kernel != "unary" or dict(u.defines).get("ACT") not in gate_codes:
+            continue
+        t, s = u.bindings[0].name, u.bindings[1].name
+        j, p = muls.get(frozenset((t, s))), producer.get(t)
+        if j is None or p is None or t == s or t in keep or s in keep or readers.get(t) != 2 \
+                or readers.get(s) != 1 or out[j] is None:
+            continue
+        prod = out[p]
+        if not isinstance(prod, Kernel) or prod.shader not in _EPILOGUE_KERNELS or per_node[prod.node] != 1 \
+                or dict(prod.defines).get("ACT", 0) != 0 or "GATE" in dict(prod.defines):
+            continue
+        extra = dict(prod.defines, ACT=dict(u.defines)["ACT"], GATE=1)
+        precision = "fp16" if extra.pop("FP16", 0) else "fp32"
+        act = dict(u.params)
+        params = tuple((k, act[k] if k in ("act0", "act1") else v) for k, v in prod.params)
+        z = next(b.name for b in records[j].bindings if b.role == "out")
+        bindings = tuple(Binding("out", z) if b.role == "out" else b for b in prod.bindings)
+        out[p] = replace(prod, defines=_variant(precision, **extra), params=params, bindings=bindings)
+        out[i] = out[j] = None
+    return [r for r in out if r is not None]
+
+
+def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
+    """Channel Concat without copies where possible: an input produced by a single-dispatch
+    kernel that writes through an output view (``oc4s``/``oc4o``), read by nothing but the
+    Concat and not in ``keep`` (tensors needed outside), at a channel offset that is a multiple
+    of 4 (and with a multiple of 4 channels unless it is the last input), is written straight
+    into the Concat's output; its copy dispatch is dropped. Other inputs keep their copy."""
+    readers, producer, per_node = _record_index(records)
     out: list[Record | None] = list(records)
     for i, r in enumerate(records):
         if not isinstance(r, Kernel) or r.kernel != "concat":
@@ -977,16 +1029,17 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     """Every (shader, defines) variant the generators can emit: what the Vulkan path precompiles."""
     out = []
     fused = [0] + [ACT_CODES[op] for op in ew.FUSABLE]
+    epilogues = [{"ACT": a} for a in fused] + [{"ACT": ACT_CODES[op], "GATE": 1} for op in GATE_ACTS]
     for prec in PRECISIONS:
-        for act in fused:
+        for epi in epilogues:
             for unit, shader in (("conv", "compute/conv.comp"), ("gemm", "compute/gemm.comp")):
                 blockings = sorted({d for v in tuning.variants(unit) for d in shader_blockings(v.defines)})
-                out += [(shader, _variant(prec, ACT=act, **dict(d))) for d in blockings]
-            out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW_BX)))
+                out += [(shader, _variant(prec, **epi, **dict(d))) for d in blockings]
+            out.append(("compute/depthwise.comp", _variant(prec, **epi, BX=DW_BX)))
             for stride in (1, 2):
-                out.append(("compute/depthwise.comp", _variant(prec, ACT=act, BX=DW3_BX, K3S=stride)))
-            out.append(("compute/convtranspose.comp", _variant(prec, ACT=act, CB=CONVT_CB)))
-            out.append(("compute/convtranspose_tap.comp", _variant(prec, ACT=act, PX=CONVT_PX, CB=CONVT_CB)))
+                out.append(("compute/depthwise.comp", _variant(prec, **epi, BX=DW3_BX, K3S=stride)))
+            out.append(("compute/convtranspose.comp", _variant(prec, **epi, CB=CONVT_CB)))
+            out.append(("compute/convtranspose_tap.comp", _variant(prec, **epi, PX=CONVT_PX, CB=CONVT_CB)))
         for act in ACT_CODES.values():
             out.append(("compute/unary.comp", _variant(prec, ACT=act)))
         for bop in ew.BOP_CODES.values():
@@ -1001,7 +1054,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     return out + compute_ops.variants() + compute_exact.variants() + compute_quant.variants(PRECISIONS, fused)
 
 
-__all__ = ["Alias", "Binding", "Decline", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats", "generate",
+__all__ = ["Alias", "Binding", "Decline", "GATE_ACTS", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats",
+           "fuse_gates", "generate",
            "glsl_source",
            "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variant_notes",
            "variants",

@@ -47,6 +47,7 @@ PARAMS_END
 #define ACT_P0 p.act0
 #define ACT_P1 p.act1
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 
 #include "compute/input_x.glsl"
 #include "compute/weights.glsl"
@@ -192,7 +193,7 @@ void main() {
 #ifdef SG_ON
             if (!live) break;
 #endif
-            if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(ACC_DONE(acc[c * BX + i], co4)), co4, p.co));
+            if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + co4, tail_zero(epilogue(ACC_DONE(acc[c * BX + i], co4)), co4, p.co));
         }
     }
 }

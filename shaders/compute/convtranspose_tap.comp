@@ -22,6 +22,7 @@ PARAMS_END
 #define ACT_P0 p.act0
 #define ACT_P1 p.act1
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
 #include "compute/weights.glsl"
@@ -64,7 +65,7 @@ void main() {
         for (int c = 0; c < CB; c++) {
             int co4 = co4_0 + c;
             if (co4 >= p.co4) break;
-            ST(y, o + co4, tail_zero(activate(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));
+            ST(y, o + co4, tail_zero(epilogue(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));
         }
     }
 }

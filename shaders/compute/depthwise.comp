@@ -18,6 +18,7 @@ PARAMS_END
 #define ACT_P0 p.act0
 #define ACT_P1 p.act1
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 
 layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
 #include "compute/weights.glsl"
@@ -54,7 +55,7 @@ void main() {
             acc[i] += strip[i * K3S] * w0 + strip[i * K3S + 1] * w1 + strip[i * K3S + 2] * w2;
     }
     for (int i = 0; i < BX; i++) {
-        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(activate(ACC_DONE(acc[i], c4)), c4, p.c));
+        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(epilogue(ACC_DONE(acc[i], c4)), c4, p.c));
     }
 }
 #else
@@ -84,7 +85,7 @@ void main() {
         }
     }
     for (int i = 0; i < BX; i++) {
-        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(activate(ACC_DONE(acc[i], c4)), c4, p.c));
+        if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(epilogue(ACC_DONE(acc[i], c4)), c4, p.c));
     }
 }
 #endif

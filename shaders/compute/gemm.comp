@@ -38,6 +38,7 @@ PARAMS_END
 #define ACT_P0 p.act0
 #define ACT_P1 p.act1
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 
 #include "compute/input_x.glsl"
 #include "compute/weights.glsl"
@@ -88,7 +89,7 @@ void main() {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
         for (int i = 0; i < PX; i++) {
-            if (r0 + i < p.rows) ST(y, (r0 + i) * p.oc4s + p.oc4o + co4, tail_zero(activate(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));
+            if (r0 + i < p.rows) ST(y, (r0 + i) * p.oc4s + p.oc4o + co4, tail_zero(epilogue(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));
         }
     }
 }

@@ -196,6 +196,7 @@ class Gles31Segment(Segment):
         prec = self.precision
         records = compute_quant.fuse_requantize(records, graph, set(self.outputs))
         records = compute_quant.fuse_quantize_dequantize(records, set(self.outputs))
+        records = ck.fuse_gates(records, set(self.outputs))
         records = ck.elide_concats(records, set(self.outputs))
         records, kept = compute_mixed.plan(records, self.nodes, graph, {*self.inputs, *self.outputs}, prec)
         if prec == "fp16":

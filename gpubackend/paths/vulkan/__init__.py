@@ -126,6 +126,7 @@ class VulkanSegment(Segment):
     def _lower(self, graph: Graph, records: list[ck.Record]) -> Program:
         records = compute_quant.fuse_requantize(records, graph, set(self.outputs))
         records = compute_quant.fuse_quantize_dequantize(records, set(self.outputs))
+        records = ck.fuse_gates(records, set(self.outputs))  # SiLU into the producing conv's epilogue
         elide = getattr(ck, "elide_concats", None)
         if elide is not None:  # producers write straight into a channel Concat's output
             records = elide(records, set(self.outputs))
