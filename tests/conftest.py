@@ -5,7 +5,11 @@ import pytest
 
 # Verdicts and program binaries of a test run go to a private cache, so a stale verdict from
 # an earlier version or a fault-injection test never leaks into another run.
-os.environ.setdefault("GPUBACKEND_CACHE_DIR", tempfile.mkdtemp(prefix="gpubackend-test-cache-"))
+_cache = os.environ.setdefault("GPUBACKEND_CACHE_DIR", tempfile.mkdtemp(prefix="gpubackend-test-cache-"))
+# pytest-xdist workers inherit the controller's environment: each gets a cache of its own below it,
+# so a verdict left by a fault-injection test in one worker is never read by another's test.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["GPUBACKEND_CACHE_DIR"] = os.path.join(_cache, os.environ["PYTEST_XDIST_WORKER"])
 os.environ.pop("GPUBACKEND_FAULT", None)
 os.environ.pop("GPUBACKEND_PATH", None)
 os.environ.pop("GPUBACKEND_DISABLE", None)
