@@ -21,7 +21,7 @@ from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, run_steps
-from . import slice_norm_kernels  # noqa: F401  (adds Slice, Split, BatchNormalization to REGISTRY)
+from . import quant_kernels, slice_norm_kernels  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
@@ -125,6 +125,10 @@ class Gles2Segment(Segment):
         self._rt = rt
         cfg = rt.config(path.precision)
         self.poison = path.poison
+        # integer outputs (a QuantizeLinear's) are read back as floats holding the integers and
+        # leave in the graph's type; integer inputs are uploaded as those floats
+        self.out_types = {n: np.dtype(graph.dtypes[n]) for n in outputs
+                          if graph.dtypes.get(n) is not None and np.dtype(graph.dtypes[n]) != np.float32}
         self.layouts: dict[str, Layout] = {}
         self.textures: dict[str, Any] = {}
         self.fbos: dict[str, Any] = {}
@@ -189,7 +193,8 @@ class Gles2Segment(Segment):
         for name in self.outputs:
             lay = self.layouts[name]
             data = self.fbos[name].read(components=4, dtype="f1")
-            out[name] = rt.dev.readback(lay.from_bytes(data))
+            got = rt.dev.readback(lay.from_bytes(data))
+            out[name] = got.astype(self.out_types[name]) if name in self.out_types else got
             stats.download(lay.nbytes)
         return out
 
