@@ -163,3 +163,35 @@ def test_declines_with_a_reason() -> None:
 
     assert "not exact in fp16" in reason(np.float32(0.5), np.int16(0), "fp16")
     assert "subnormal" in reason(np.float32(1e-40), np.uint8(0), "fp32")
+
+
+def test_dequantize_of_the_integers_is_no_draw() -> None:
+    """DequantizeLinear(x, 1, 0) (the integer form's read of integers, ops.quant._zero_point_in_bias)
+    gives what x's texture already holds: the segment reads that texture instead of drawing a copy,
+    also where the result leaves the segment; a copy is drawn only where x is an uploaded input
+    and the result a segment output (read back from a render target)."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((1, 5, 6, 7)) * 3).astype(np.float32)
+    one, zero = np.float32(1), np.uint8(0)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "one", "zero"], ["d"]),
+             helper.make_node("Mul", ["d", "m"], ["y"])]
+    model = _model(nodes, "x", TensorProto.FLOAT, x.shape, [("y", TensorProto.FLOAT), ("d", TensorProto.FLOAT)],
+                   {"s": np.float32(0.05), "z": np.uint8(120), "one": one, "zero": zero, "m": np.float32(0.37)})
+    want = gpubackend.Session(model, path="cpu", cpu_engine="numpy").run({"x": x})
+    sess = gpubackend.Session(model, path="gles2", fallback=False)
+    try:
+        got = sess.run({"x": x})
+        seg = sess._current.segments[0]  # noqa: SLF001
+        assert [s.kernel.name for s in seg.steps] == ["quantize", "binary"]
+        assert sess.stats.dispatches == 2
+    finally:
+        sess.close()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+    q = rng.integers(0, 256, (1, 3, 4, 5)).astype(np.uint8)
+    model = _model([helper.make_node("DequantizeLinear", ["q", "one", "zero"], ["d"])], "q", TensorProto.UINT8,
+                   q.shape, [("d", TensorProto.FLOAT)], {"one": one, "zero": zero})
+    (got_d,), (want_d,) = _run(model, {"q": q})
+    np.testing.assert_array_equal(got_d, want_d)

@@ -135,25 +135,37 @@ class Gles2Segment(Segment):
         self._owned: list[Any] = []
         # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
         payloads = path.kernels.payloads(nodes, graph, KEY)
-        draws: list[tuple[Node, Kernel, str]] = [
+        every: list[tuple[Node, Kernel, str]] = [
             (node, k, k.output or node.outputs[0]) for node, payload in zip(nodes, payloads)
             for k in (payload if isinstance(payload, list) else [payload])]
+        # a kernel whose output is already in its input's texture (Kernel.alias) is no draw: its
+        # readers read the owner's texture; not where the owner is an uploaded input and the alias
+        # a segment output (outputs are read back from a render target)
+        owner: dict[str, str] = {}
+        draws: list[tuple[Node, Kernel, str]] = []
+        for node, k, out in every:
+            src = owner.get(k.alias, k.alias)
+            if k.alias and not (out in outputs and src in inputs):
+                owner[out] = src
+            else:
+                draws.append((node, k, out))
+        self.aliases = owner
         for name in inputs:
             self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
             self.textures[name] = self._own(rt.texture(self.layouts[name]))
-        for _, k, out in draws:
+        for _, k, out in every:
             self.layouts[out] = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
         # Render targets shared by tensors whose lifetimes do not overlap (segment_services); the
         # uploaded inputs keep their own textures.
         produced = {out for _, _, out in draws}
-        slot_of, _ = plan_storage([[*k.inputs, out] for _, k, out in draws],
+        slot_of, _ = plan_storage([[*(owner.get(i, i) for i in k.inputs), out] for _, k, out in draws],
                                   lambda name: self.layouts[name].size, managed=produced.__contains__,
-                                  keep=outputs)
+                                  keep=[owner.get(o, o) for o in outputs])
         targets: dict[int, tuple[Any, Any]] = {}
         self.steps: list[_Step] = []
         for node, k, out in draws:
             texs = []
-            for name in k.inputs:
+            for name in (owner.get(i, i) for i in k.inputs):
                 if name not in self.textures:  # a constant: uploaded once, fp32
                     arr = k.consts[name] if name in k.consts else graph.constants[name]
                     lay = Layout.of(tuple(arr.shape), 1, cfg.max_size)
@@ -167,6 +179,10 @@ class Gles2Segment(Segment):
             self.textures[out], self.fbos[out] = targets[slot]
             prog, vao = rt.program(k)
             self.steps.append(_Step(node, k, prog, vao, texs, self.fbos[out], out, self.layouts[out]))
+        for name, src in owner.items():
+            self.textures[name] = self.textures[src]
+            if src in self.fbos:
+                self.fbos[name] = self.fbos[src]
 
     def _own(self, obj: Any) -> Any:
         self._owned.append(obj)

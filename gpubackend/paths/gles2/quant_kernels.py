@@ -68,7 +68,11 @@ def gen_qdq(node: Node, graph: Graph, cfg: Config) -> Kernel:
     else:
         lines.append(f"    return (v - {zp}) * {scale};")
     lines.append("}")
-    return g.finish("quantize" if rec.quantize else "dequantize", "\n".join(lines), xs)
+    kernel = g.finish("quantize" if rec.quantize else "dequantize", "\n".join(lines), xs)
+    if not rec.quantize and rec.axis is None and rec.scale[0] == 1 and rec.zero_point[0] == 0:
+        # the integers as floats: what x's texture already holds (ops.quant._zero_point_in_bias)
+        kernel.alias = x
+    return kernel
 
 
 REGISTRY.add("QuantizeLinear", "quantize", gen_qdq)
