@@ -1,6 +1,7 @@
-"""int8 (QDQ) on the compute paths (gles31, vulkan): weights packed four to a 32-bit word,
-Quantize/DequantizeLinear kernels, integer tensors at segment edges; against ``fallback``
-(NumPy engine), within one output quantization step."""
+"""int8 (QDQ) on the GPU paths (gles3, gles31, vulkan: weights packed four to a 32-bit word; gles2:
+its float kernels with the integer-valued weights), Quantize/DequantizeLinear kernels, integer
+tensors at segment edges; against ``fallback`` (NumPy engine), within one output quantization
+step."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import gpubackend
 from gpubackend.paths import compute_quant
 
 PATHS = ["gles3", "gles31", "vulkan"]
+QDQ_PATHS = ["gles2", *PATHS]  # standalone Quantize/DequantizeLinear kernels
 
 
 def _qdq_model(op: str, attrs: dict, x_shape: tuple[int, ...], w: np.ndarray, w_scale: np.ndarray,
@@ -107,10 +109,17 @@ def _steps(got: np.ndarray, want: np.ndarray) -> int:
     return int(np.max(np.abs(got.astype(np.int32) - want.astype(np.int32))))
 
 
-@pytest.mark.parametrize("path", PATHS)
+# gles2 has no int8-weight kernels: its float kernels run the integer form's integer-valued weights
+GLES2_KERNEL = {"conv_q8": "conv", "conv1x1_q8": "conv1x1", "depthwise_q8": "depthwise",
+                "convtranspose_q8": "convtranspose_tap", "gemm_q8": "gemm", "matmul_q8": "matmul"}
+
+
+@pytest.mark.parametrize("path", QDQ_PATHS)
 @pytest.mark.parametrize("case,kernel,model,x_shape", CASES, ids=[c[0] for c in CASES])
 def test_quantized_layer_matches_fallback(path: str, case: str, kernel: str, model: onnx.ModelProto,
                                           x_shape: tuple[int, ...]) -> None:
+    if path == "gles2":
+        kernel = GLES2_KERNEL.get(kernel, kernel)
     x = _feed(x_shape)
     ref = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
     want = ref.run({"x": x})[0]
@@ -136,7 +145,7 @@ def _kernel_names(sess: gpubackend.Session, path: str) -> set[str]:
     return {mod.kernel_name(n, graph) for n in graph.nodes}
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", QDQ_PATHS)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("int_type,axis", [(TensorProto.INT8, None), (TensorProto.UINT8, 1), (TensorProto.INT8, 1)])
 def test_quantize_dequantize_kernels(path: str, precision: str, int_type: int, axis: int | None) -> None:

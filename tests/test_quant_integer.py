@@ -75,15 +75,17 @@ def test_the_conv_is_rewritten_into_integer_form(layer: tuple[onnx.ModelProto, n
     assert np.array_equal(weights, np.rint(weights)) and graph.dequantized[conv.inputs[1]].scale.tolist() == [1.0]
 
 
-@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles31", None),
-                                         ("vulkan", None)])
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles2", None),
+                                         ("gles31", None), ("vulkan", None)])
 def test_integer_conv_matches_onnxruntime_exactly(layer: tuple[onnx.ModelProto, np.ndarray, np.ndarray],
                                                   path: str, engine: str | None) -> None:
     model, x, want = layer
     sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
     try:
         got = sess.run({"x": x})[0]
-        if path != "cpu":
+        if path == "gles2":  # no int8-weight kernels: the float conv with the integer weights
+            assert "segments: 1 (gles2[" in sess.explain(), sess.explain()
+        elif path != "cpu":
             assert "conv_q8" in sess.explain(verbose=True)
             # Quantize x and center it in one pass (compute_quant.fuse_quantize_dequantize), then
             # the conv with Mul and Quantize fused into it (fuse_requantize); unfused it was 5
@@ -95,8 +97,8 @@ def test_integer_conv_matches_onnxruntime_exactly(layer: tuple[onnx.ModelProto, 
     assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
 
 
-@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles31", None),
-                                         ("vulkan", None)])
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles2", None),
+                                         ("gles31", None), ("vulkan", None)])
 def test_zero_point_in_the_bias_of_an_unpadded_conv(path: str, engine: str | None) -> None:
     """A 1x1 conv has no padding: its input's zero point goes into the integer bias
     (``bias - zp * sum(w)``), the conv reads the integers as they are and the centering pass goes;
@@ -111,7 +113,9 @@ def test_zero_point_in_the_bias_of_an_unpadded_conv(path: str, engine: str | Non
     sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
     try:
         got = sess.run({"x": x})[0]
-        if path != "cpu":
+        if path == "gles2":  # unfused: Quantize x, its DequantizeLinear(x, 1, 0), conv, Mul, Quantize
+            assert "segments: 1 (gles2[5])" in sess.explain(), sess.explain()
+        elif path != "cpu":
             assert sess.stats.dispatches == 2  # Quantize x, the conv with its requantisation
     finally:
         sess.close()
@@ -169,8 +173,8 @@ def _qoperator_layers(rng: np.random.Generator) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles31", None),
-                                         ("vulkan", None)])
+@pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles2", None),
+                                         ("gles31", None), ("vulkan", None)])
 def test_qoperator_ops_run_on_every_path(path: str, engine: str | None) -> None:
     """QOperator ops are rewritten into their QDQ form (ops.quant.qoperators_as_qdq), so the GPU
     paths run them with fallback=False; QLinearConv and QGemm then take the integer form."""
@@ -251,11 +255,10 @@ def test_bilinear_resize_of_a_quantized_tensor_matches_onnxruntime(path: str, en
     model.ir_version = 9
     x = (rng.random((1, 16, 12, 12)) * 4).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    # gles2 has no Quantize/DequantizeLinear kernels: they run on the CPU, the Resize on gles2
-    sess = gpubackend.Session(model, path=path, fallback=path == "gles2", cpu_engine=engine)
-    if path == "gles2":
+    sess = gpubackend.Session(model, path=path, fallback=False, cpu_engine=engine)
+    if path == "gles2":  # Quantize/DequantizeLinear included (paths/gles2/quant_kernels.py)
         sess.run({"x": x})
-        assert "gles2=1" in sess.explain(), sess.explain()
+        assert "segments: 1 (gles2[4])" in sess.explain(), sess.explain()
     _assert_same_integers(sess, x, want)
 
 
@@ -270,7 +273,8 @@ def _one_layer_model(nodes: list, inits: dict, shape: list[int], out_type: int =
 
 @pytest.mark.parametrize("int_type,path,engine", [
     (np.uint8, "cpu", "numpy"), (np.uint8, "cpu", "onnxruntime"), (np.uint8, "gles3", None),
-    (np.uint8, "gles31", None), (np.uint8, "vulkan", None), (np.int8, "cpu", "numpy"), (np.int8, "gles31", None)])
+    (np.uint8, "gles31", None), (np.uint8, "vulkan", None), (np.int8, "cpu", "numpy"), (np.int8, "gles31", None),
+    (np.uint8, "gles2", None), (np.int8, "gles2", None)])
 def test_linear_resize_of_8bit_integers_matches_onnxruntime(int_type: type, path: str, engine: str | None) -> None:
     """A QOperator model's Resize runs on the 8-bit integers: onnxruntime sums the four bilinear
     products of the integers (zero point included) in float and truncates (C's cast); DQ -> Resize
@@ -297,7 +301,7 @@ def test_linear_resize_of_8bit_integers_matches_onnxruntime(int_type: type, path
 @pytest.mark.parametrize("op,path,engine", [
     ("ConvTranspose", "cpu", "numpy"), ("ConvTranspose", "cpu", "onnxruntime"), ("ConvTranspose", "gles3", None),
     ("ConvTranspose", "gles31", None), ("ConvTranspose", "vulkan", None), ("Conv", "cpu", "numpy"),
-    ("Conv", "vulkan", None)])
+    ("Conv", "vulkan", None), ("ConvTranspose", "gles2", None), ("Conv", "gles2", None)])
 def test_float_weights_after_a_dequantize_are_quantized_as_onnxruntime(op: str, path: str, engine: str | None) -> None:
     """DQ -> ConvTranspose / Conv with float weights and bias -> Q (a QOperator model's
     ConvTranspose: the quantizer has no QLinearConvTranspose): onnxruntime's optimizer quantizes

@@ -1,6 +1,6 @@
 """Real models quantized with onnxruntime's tool (static, QDQ and QOperator, per-channel int8
-weights, calibrated on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the gles3 and
-compute paths with ``fallback=False``, against onnxruntime's own int8 result and the float model.
+weights, calibrated on the zoo's realistic inputs; ``gpubackend.zoo.quantized``) on the gles2, gles3
+and compute paths with ``fallback=False``, against onnxruntime's own int8 result and the float model.
 
 Quantized networks amplify float rounding: a conv sum that lands within float rounding of a
 rounding tie quantizes one step differently on two correct implementations, and deep nets grow
@@ -56,7 +56,7 @@ def _ort(model: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 # gles3's fragment programs take llvmpipe's JIT minutes on the larger models: slow there
 @pytest.mark.parametrize("name,path,fmt", [
     pytest.param(n, p, f, marks=[] if n in DEFAULT and p == "gles31" else [pytest.mark.slow])
-    for n in MODELS for p in ("gles3", "gles31", "vulkan") for f in ("QDQ", "QOperator")])
+    for n in MODELS for p in ("gles2", "gles3", "gles31", "vulkan") for f in ("QDQ", "QOperator")])
 def test_quantized_model_on_gpu_path(name: str, path: str, fmt: str) -> None:
     qpath = _quantized(name, fmt)
     feeds = make_input(zoo.BY_NAME[name])
@@ -154,7 +154,7 @@ def _quantized_test_model(which: str, size: int, fmt: str) -> tuple[str, onnx.Mo
     pytest.param(w, kind, p, f, marks=[] if kind == "small" and f == "QDQ" and (w, p) in TEST_MODEL_DEFAULT
                  else [pytest.mark.slow])
     for w in TEST_MODELS for kind in ("small", "full")
-    for p in ("cpu:numpy", "cpu:onnxruntime", "gles3", "gles31", "vulkan") for f in ("QDQ", "QOperator")])
+    for p in ("cpu:numpy", "cpu:onnxruntime", "gles2", "gles3", "gles31", "vulkan") for f in ("QDQ", "QOperator")])
 def test_quantized_test_model_matches_onnxruntime_int8(which: str, size_kind: str, path: str, fmt: str) -> None:
     """Within one output quantization step (the scale of the model's last DequantizeLinear) of
     onnxruntime's int8 result, entirely on the path (fallback=False), and inside the quantization

@@ -21,7 +21,7 @@ from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import plan_storage, run_steps
-from . import slice_norm_kernels  # noqa: F401  (adds Slice, Split, BatchNormalization to REGISTRY)
+from . import quant_kernels, slice_norm_kernels  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
@@ -125,31 +125,47 @@ class Gles2Segment(Segment):
         self._rt = rt
         cfg = rt.config(path.precision)
         self.poison = path.poison
+        # integer outputs (a QuantizeLinear's) are read back as floats holding the integers and
+        # leave in the graph's type; integer inputs are uploaded as those floats
+        self.out_types = {n: np.dtype(graph.dtypes[n]) for n in outputs
+                          if graph.dtypes.get(n) is not None and np.dtype(graph.dtypes[n]) != np.float32}
         self.layouts: dict[str, Layout] = {}
         self.textures: dict[str, Any] = {}
         self.fbos: dict[str, Any] = {}
         self._owned: list[Any] = []
         # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
         payloads = path.kernels.payloads(nodes, graph, KEY)
-        draws: list[tuple[Node, Kernel, str]] = [
+        every: list[tuple[Node, Kernel, str]] = [
             (node, k, k.output or node.outputs[0]) for node, payload in zip(nodes, payloads)
             for k in (payload if isinstance(payload, list) else [payload])]
+        # a kernel whose output is already in its input's texture (Kernel.alias) is no draw: its
+        # readers read the owner's texture; not where the owner is an uploaded input and the alias
+        # a segment output (outputs are read back from a render target)
+        owner: dict[str, str] = {}
+        draws: list[tuple[Node, Kernel, str]] = []
+        for node, k, out in every:
+            src = owner.get(k.alias, k.alias)
+            if k.alias and not (out in outputs and src in inputs):
+                owner[out] = src
+            else:
+                draws.append((node, k, out))
+        self.aliases = owner
         for name in inputs:
             self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
             self.textures[name] = self._own(rt.texture(self.layouts[name]))
-        for _, k, out in draws:
+        for _, k, out in every:
             self.layouts[out] = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
         # Render targets shared by tensors whose lifetimes do not overlap (segment_services); the
         # uploaded inputs keep their own textures.
         produced = {out for _, _, out in draws}
-        slot_of, _ = plan_storage([[*k.inputs, out] for _, k, out in draws],
+        slot_of, _ = plan_storage([[*(owner.get(i, i) for i in k.inputs), out] for _, k, out in draws],
                                   lambda name: self.layouts[name].size, managed=produced.__contains__,
-                                  keep=outputs)
+                                  keep=[owner.get(o, o) for o in outputs])
         targets: dict[int, tuple[Any, Any]] = {}
         self.steps: list[_Step] = []
         for node, k, out in draws:
             texs = []
-            for name in k.inputs:
+            for name in (owner.get(i, i) for i in k.inputs):
                 if name not in self.textures:  # a constant: uploaded once, fp32
                     arr = k.consts[name] if name in k.consts else graph.constants[name]
                     lay = Layout.of(tuple(arr.shape), 1, cfg.max_size)
@@ -163,6 +179,10 @@ class Gles2Segment(Segment):
             self.textures[out], self.fbos[out] = targets[slot]
             prog, vao = rt.program(k)
             self.steps.append(_Step(node, k, prog, vao, texs, self.fbos[out], out, self.layouts[out]))
+        for name, src in owner.items():
+            self.textures[name] = self.textures[src]
+            if src in self.fbos:
+                self.fbos[name] = self.fbos[src]
 
     def _own(self, obj: Any) -> Any:
         self._owned.append(obj)
@@ -189,7 +209,8 @@ class Gles2Segment(Segment):
         for name in self.outputs:
             lay = self.layouts[name]
             data = self.fbos[name].read(components=4, dtype="f1")
-            out[name] = rt.dev.readback(lay.from_bytes(data))
+            got = rt.dev.readback(lay.from_bytes(data))
+            out[name] = got.astype(self.out_types[name]) if name in self.out_types else got
             stats.download(lay.nbytes)
         return out
 

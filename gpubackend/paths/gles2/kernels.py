@@ -79,6 +79,9 @@ class Kernel(KernelRecord):
     # u_w set to row c before each draw.
     channel_uniforms: np.ndarray | None = None
     output: str = ""  # the node output this draw writes ("": the first; Split draws once per output)
+    # a tensor whose texture already holds this kernel's output (DequantizeLinear(x, 1, 0): the
+    # integers as floats): the segment reads that texture and skips the draw where it can
+    alias: str = ""
 
     @property
     def kernel_name(self) -> str:
