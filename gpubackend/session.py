@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import onnx
 
-from . import isolation, kernel_check, limits, tuning, worker
+from . import isolation, kernel_check, limits, ops, tuning, worker
 from .device_tensor import DeviceTensor, GLTextureTensor
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
@@ -169,6 +169,12 @@ class Session:
         self._proto = override_free_dimensions(load_model(model), opts.free_dimension_overrides)
         self._base_graph = to_graph(self._proto, input_shapes)
         self._notes: list[str] = []
+        integer_layers = ops.quant.integer_sums(self._base_graph)
+        if self.precision != "fp32" and integer_layers:
+            self._notes.append(f"precision {self.precision} requested: {len(integer_layers)} quantized layers run "
+                               "in integer form, whose sums fp16 storage does not hold exactly (integers past "
+                               "2048); the session runs in fp32")
+            self.precision = "fp32"
         self._report: Any = None
         self._preference: list[str] = []  # GPU paths after self.path that nodes may also use
         self.path = self._choose_path()

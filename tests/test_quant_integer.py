@@ -97,6 +97,23 @@ def test_integer_conv_matches_onnxruntime_exactly(layer: tuple[onnx.ModelProto, 
     assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
 
 
+@pytest.mark.parametrize("path", ["gles2", "gles3", "gles31", "vulkan"])
+def test_fp16_sessions_keep_the_integer_sums_exact(layer: tuple[onnx.ModelProto, np.ndarray, np.ndarray],
+                                                   path: str) -> None:
+    """precision="fp16" on a model with integer-form layers: their sums run far past 2048, which
+    fp16 storage cannot hold (selfie's QDQ model came out 128-255 steps off on every GPU path),
+    so the session runs fp32 and says so."""
+    model, x, want = layer
+    sess = gpubackend.Session(model, path=path, precision="fp16", fallback=False)
+    try:
+        got = sess.run({"x": x})[0]
+        assert sess.precision == "fp32" and "quantized layers run in integer form" in sess.explain()
+    finally:
+        sess.close()
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+
+
 @pytest.mark.parametrize("path,engine", [("cpu", "numpy"), ("cpu", "onnxruntime"), ("gles2", None),
                                          ("gles31", None), ("vulkan", None)])
 def test_zero_point_in_the_bias_of_an_unpadded_conv(path: str, engine: str | None) -> None:

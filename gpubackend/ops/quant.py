@@ -657,6 +657,14 @@ def _bias_scale(graph: Graph, name: str, x_scale: str, w_scale: str) -> str:
     return _constant(graph, f"{name}/bias_scale", scale if scale.size > 1 else scale.reshape(()))
 
 
+def integer_sums(graph: Graph) -> list[str]:
+    """The layers of ``graph`` in the integer form (:func:`requantize_in_integers`): their integer
+    sums run far past 2048, the largest integer float16 holds exactly, so fp16 storage would
+    round them before the multiplier (selfie's QDQ model came out 128-255 output steps off).
+    8-bit activations themselves are exact in fp16."""
+    return [n.name[:-len(REQUANTIZE_SUFFIX)] for n in graph.nodes if is_requantize(n)]
+
+
 def is_requantize(node: Node) -> bool:
     """Whether ``node`` is the multiplier Mul of an integer-form Conv (which must not be folded
     into the Conv's weights)."""
@@ -676,6 +684,6 @@ def _like(graph: Graph, name: str, like: str) -> None:
     graph.dtypes[name] = np.dtype(np.float32)
 
 
-__all__ = ["EXACT_FLOAT_INTEGER", "QUANT_TYPES", "DequantizedWeight", "QuantRecord", "lower_qdq",
+__all__ = ["EXACT_FLOAT_INTEGER", "QUANT_TYPES", "DequantizedWeight", "QuantRecord", "integer_sums", "lower_qdq",
            "is_requantize", "note_dequantized", "output_channel_scale", "qoperators_as_qdq", "quantize_float_weights",
            "requantize_in_integers"]
