@@ -245,9 +245,36 @@ def _attribute(node: Node, name: str, value: Any, opset: int) -> onnx.AttributeP
     return helper.make_attribute(name, value, attr_type=attr_type)
 
 
+def _clip_node(x: str, y: str, name: str, lo: float, hi: float, graph: Graph,
+               extra_constants: dict[str, np.ndarray]) -> onnx.NodeProto:
+    if graph.opset < 11:
+        return helper.make_node("Clip", [x], [y], name=name, min=lo, max=hi)
+    bounds = []
+    for bound, value in (("min", lo), ("max", hi)):
+        bounds.append(f"{name}/{bound}")
+        extra_constants[bounds[-1]] = np.array(value, dtype=np.float32)
+    return helper.make_node("Clip", [x, *bounds], [y], name=name)
+
+
+def _hardswish_below_14(x: str, y: str, name: str, graph: Graph,
+                        extra_constants: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+    """HardSwish for an opset before 14 (which has no HardSwish op) as the form exporters write and
+    ``rewrites.fuse_decomposed_hardswish`` found: x * Clip(x + 3, 0, 6) / 6, the same float
+    operations in the same order as the model's own nodes."""
+    three, six = f"{name}/three", f"{name}/six"
+    extra_constants[three] = np.array(3, dtype=np.float32)
+    extra_constants[six] = np.array(6, dtype=np.float32)
+    return [helper.make_node("Add", [x, three], [f"{name}/add"], name=f"{name}/add"),
+            _clip_node(f"{name}/add", f"{name}/clip", f"{name}/clip", 0.0, 6.0, graph, extra_constants),
+            helper.make_node("Mul", [x, f"{name}/clip"], [f"{name}/mul"], name=f"{name}/mul"),
+            helper.make_node("Div", [f"{name}/mul", six], [y], name=f"{name}/div")]
+
+
 def _standard_nodes(node: Node, graph: Graph, extra_constants: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
-    """``node`` as standard ONNX: an activation that gpubackend.model fused into it (``_act``) becomes
-    its own node again; internal ``_`` attributes are dropped."""
+    """``node`` as standard ONNX of the model's opset: an activation that gpubackend.model fused into
+    it (``_act``) becomes its own node again; internal ``_`` attributes are dropped."""
+    if node.op_type == "HardSwish" and node.domain in ("", "ai.onnx") and graph.opset < 14:
+        return _hardswish_below_14(node.inputs[0], node.outputs[0], node.name, graph, extra_constants)
     attrs = [_attribute(node, k, v, graph.opset) for k, v in node.attrs.items() if not k.startswith("_")]
     act = node.attrs.get("_act")
     outputs = list(node.outputs)
@@ -258,19 +285,13 @@ def _standard_nodes(node: Node, graph: Graph, extra_constants: dict[str, np.ndar
     if act is None:
         return [main]
     op, params = act
-    act_inputs, act_attrs = [outputs[0]], {}
+    name = f"{node.name}/{op}"
     if op == "Clip":
-        lo, hi = float(params["min"]), float(params["max"])
-        if graph.opset >= 11:
-            for bound, value in (("min", lo), ("max", hi)):
-                const = f"{node.name}/clip_{bound}"
-                extra_constants[const] = np.array(value, dtype=np.float32)
-                act_inputs.append(const)
-        else:
-            act_attrs = {"min": lo, "max": hi}
-    else:
-        act_attrs = dict(params)
-    return [main, helper.make_node(op, act_inputs, [node.outputs[0]], name=f"{node.name}/{op}", **act_attrs)]
+        return [main, _clip_node(outputs[0], node.outputs[0], name, float(params["min"]), float(params["max"]),
+                                 graph, extra_constants)]
+    if op == "HardSwish" and graph.opset < 14:
+        return [main, *_hardswish_below_14(outputs[0], node.outputs[0], name, graph, extra_constants)]
+    return [main, helper.make_node(op, [outputs[0]], [node.outputs[0]], name=name, **dict(params))]
 
 
 def subgraph_model(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray],
