@@ -43,8 +43,9 @@ DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
 # gles3: llvmpipe compiles each distinct fragment program at its first draw (YOLOv8n at 128x128:
 # 50 programs since they are shared through uniforms, 103 before; its cold first run still took
 # 76 s of CPU time, 954 s of wall time at load 20; docs/zoo.md), so its default set is the small
-# MTCNN face detector; the detectors, OCR and transformer-style models are -m slow there.
-GLES3_DEFAULT_MODELS = ("mtcnn_pnet",)
+# MTCNN face detector and the reduced PP-OCRv6 recogniser (OCR, transformer-style: 45 s first run
+# under load), which the parallel run (pytest-xdist) made affordable; the other detectors are -m slow there.
+GLES3_DEFAULT_MODELS = ("mtcnn_pnet", "ppocr_v6_rec")
 # the reduced PP-OCRv4 det on gles2 costs ~30 s cold; gles2 keeps an OCR model (PP-OCRv6 rec) by default
 SLOW_PAIRS = {("ppocr_v4_det", "gles2")}
 
