@@ -13,7 +13,8 @@ A path applies the policy where it can store tensors in different formats within
 (gles3: RGBA32F beside RGBA16F textures; gles31 / vulkan: ``paths/compute_mixed.py``; segment
 inputs and outputs keep the path's format there). gles2 decides per tensor from the graph
 (:func:`keeps_fp32`): a kept tensor is an RGBA8 texture of one fp32 per texel beside textures of
-two fp16 per texel, at a segment's edges too (uploaded and read back as fp32).
+two fp16 per texel, also where it crosses to a cpu segment (uploaded and read back as fp32); the
+graph's own inputs and outputs keep fp16.
 """
 
 from __future__ import annotations

@@ -84,9 +84,9 @@ def _channel_gate_model() -> bytes:
 @pytest.mark.parametrize("path", ["gles2", "gles3", "gles31", "vulkan"])
 def test_the_mixed_precision_policy_keeps_a_channel_gate_in_fp32(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under precision="fp16", tensors of at most 4096 elements (the pooled mean and the gate
-    here) stay fp32 (gles2: one fp32 per RGBA8 texel beside two fp16; gles3: RGBA32F; gles31 / vulkan: fp32 kernels, and globalpool / binary with
-    one fp32 binding, paths/compute_mixed.py): the result meets the fp16 bar, and without the
-    policy it does not."""
+    here) stay fp32 (gles2: one fp32 per RGBA8 texel beside two fp16 per texel; gles3: RGBA32F;
+    gles31 / vulkan: fp32 kernels, and globalpool / binary with one fp32 binding,
+    paths/compute_mixed.py): the result meets the fp16 bar, and without the policy it does not."""
     from gpubackend import mixed_precision
     from gpubackend.kernel_check import compare
 

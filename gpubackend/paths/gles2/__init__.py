@@ -152,8 +152,8 @@ class Gles2Segment(Segment):
                 draws.append((node, k, out))
         self.aliases = owner
         # Under fp16 a tensor the mixed-precision policy keeps is one fp32 per texel (pack 1), at
-        # the segment's edges too: uploaded and read back as float32 (Config.pack_of, which the
-        # generators asked when they wrote the loaders and the output encoding)
+        # a segment edge inside the graph too: uploaded and read back as float32 (Config.pack_of,
+        # which the generators asked when they wrote the loaders and the output encoding)
         for name in inputs:
             self.layouts[name] = Layout.of(graph.shape(name), cfg.pack_of(name, graph),  # type: ignore[arg-type]
                                            cfg.max_size)

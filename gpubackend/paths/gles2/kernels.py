@@ -71,11 +71,13 @@ class Config:
         """The elements per texel of activation ``name`` (not a constant: those are always fp32).
         Under fp16 a node output that the mixed-precision policy keeps (``keeps_fp32``: at most
         SMALL_TENSOR_ELEMENTS floats) is stored fp32, wherever it is: the generators that write
-        or read it and the segment that uploads or reads it back ask this same question. Graph
-        inputs keep the path's format."""
+        or read it and the segment that uploads or reads it back ask this same question (a kept
+        tensor between a gles2 and a cpu segment travels as fp32). Graph inputs and outputs keep
+        the path's format, as every path's segment edges do."""
         if self.pack == 1 or name in graph.constants:
             return 1
-        if self.mixed and name not in graph.inputs and mixed_precision.keeps_fp32(name, graph):
+        if (self.mixed and name not in graph.inputs and name not in graph.outputs
+                and mixed_precision.keeps_fp32(name, graph)):
             return 1
         return self.pack
 
