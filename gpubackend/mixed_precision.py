@@ -10,8 +10,11 @@ The OCR detectors' fp16 losses are spread over their large feature maps; no stat
 those is known yet.
 
 A path applies the policy where it can store tensors in different formats within one segment
-(gles3: RGBA32F beside RGBA16F textures; gles31 / vulkan: ``paths/compute_mixed.py``); segment
-inputs and outputs keep the path's format.
+(gles3: RGBA32F beside RGBA16F textures; gles31 / vulkan: ``paths/compute_mixed.py``; segment
+inputs and outputs keep the path's format there). gles2 decides per tensor from the graph
+(:func:`keeps_fp32`): a kept tensor is an RGBA8 texture of one fp32 per texel beside textures of
+two fp16 per texel, also where it crosses to a cpu segment (uploaded and read back as fp32); the
+graph's own inputs and outputs keep fp16.
 """
 
 from __future__ import annotations
@@ -26,16 +29,24 @@ SMALL_TENSOR_ELEMENTS = 4096
 REASON_SMALL = f"at most {SMALL_TENSOR_ELEMENTS} elements (pooled features, channel gates)"
 
 
+def keeps_fp32(name: str, graph: Graph) -> str | None:
+    """Why the node output ``name`` stays fp32 under ``precision="fp16"`` (None: stored fp16).
+    Decided from the graph alone (shape and dtype), so a path's kernel generators, which see one
+    node at a time, and its segments agree on every tensor."""
+    shape = graph.shape(name) if name else None
+    if shape is None or None in shape or np.dtype(graph.dtypes.get(name, np.float32)).kind != "f":
+        return None
+    return REASON_SMALL if math.prod(shape) <= SMALL_TENSOR_ELEMENTS else None
+
+
 def fp32_tensors(nodes: list[Node], graph: Graph) -> dict[str, str]:
     """The float outputs of ``nodes`` that stay fp32 under ``precision="fp16"``, each with why."""
     keep: dict[str, str] = {}
     for node in nodes:
         for name in node.outputs:
-            shape = graph.shape(name) if name else None
-            if shape is None or None in shape or np.dtype(graph.dtypes.get(name, np.float32)).kind != "f":
-                continue
-            if math.prod(shape) <= SMALL_TENSOR_ELEMENTS:
-                keep[name] = REASON_SMALL
+            why = keeps_fp32(name, graph)
+            if why is not None:
+                keep[name] = why
     return keep
 
 

@@ -81,12 +81,12 @@ def _channel_gate_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-@pytest.mark.parametrize("path", ["gles3", "gles31", "vulkan"])
+@pytest.mark.parametrize("path", ["gles2", "gles3", "gles31", "vulkan"])
 def test_the_mixed_precision_policy_keeps_a_channel_gate_in_fp32(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under precision="fp16", tensors of at most 4096 elements (the pooled mean and the gate
-    here) stay fp32 (gles3: RGBA32F; gles31 / vulkan: fp32 kernels, and globalpool / binary with
-    one fp32 binding, paths/compute_mixed.py): the result meets the fp16 bar, and without the
-    policy it does not."""
+    here) stay fp32 (gles2: one fp32 per RGBA8 texel beside two fp16 per texel; gles3: RGBA32F;
+    gles31 / vulkan: fp32 kernels, and globalpool / binary with one fp32 binding,
+    paths/compute_mixed.py): the result meets the fp16 bar, and without the policy it does not."""
     from gpubackend import mixed_precision
     from gpubackend.kernel_check import compare
 
@@ -103,6 +103,36 @@ def test_the_mixed_precision_policy_keeps_a_channel_gate_in_fp32(path: str, monk
     with gpubackend.Session(_channel_gate_model(), path=path, precision="fp16", fallback=False) as sess:
         assert compare(sess.run({"x": x})[0], want) > 2e-2
         assert "every activation in fp16" in sess.explain()
+
+
+def test_gles2_stores_the_kept_gate_as_fp32_texels_and_nan_inf_travel() -> None:
+    """gles2 under fp16: the pooled mean and the gate (8 values each) are RGBA8 textures of one
+    fp32 per texel (pack 1), x and y two fp16 per texel (pack 2), and every generated kernel reads
+    and writes them in that format. A NaN and a +Inf in x travel through the kept fp32 tensors
+    as on the CPU: the NaN makes its channel's mean and gate NaN (the whole plane NaN); the +Inf
+    makes its channel's mean +Inf and the gate 1 (the plane x itself, +Inf where x is)."""
+    from gpubackend.kernel_check import compare
+
+    report = gpubackend.probe()
+    if not report.usable("gles2"):
+        pytest.skip(f"gles2 is not usable here: {report.paths['gles2'].reason}")
+    rng = np.random.default_rng(1)
+    x = (1.0 + rng.uniform(-0.02, 0.02, (1, 8, 32, 32)) + rng.uniform(-0.01, 0.01, (1, 8, 1, 1))).astype(np.float32)
+    x[0, 2, 5, 7] = np.nan
+    x[0, 5, 1, 1] = np.inf
+    cpu = gpubackend.Session(_channel_gate_model(), path="cpu", cpu_engine="numpy")
+    want = cpu.run({"x": x})[0]
+    with gpubackend.Session(_channel_gate_model(), path="gles2", precision="fp16", fallback=False) as sess:
+        got = sess.run({"x": x})[0]
+        (seg,) = sess._current.segments
+        packs = {name: seg.layouts[name].pack for name in ("x", "m", "d", "z", "g", "y")}
+        assert packs == {"x": 2, "m": 1, "d": 1, "z": 1, "g": 1, "y": 2}, packs
+        assert "mixed precision: 4 of 5 activations kept fp32" in sess.explain(), sess.explain()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got) & (got > 0), np.isinf(want) & (want > 0))
+    finite = np.isfinite(want)
+    assert finite[0, 0].all() and not finite[0, 2].all() and not finite[0, 5].all()
+    assert compare(np.where(finite, got, 0.0), np.where(finite, want, 0.0)) < 5e-3
 
 
 def test_the_mixed_precision_policy_counts_bytes() -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from capability_probe.errors import DriverUnavailable
 from gpubackend import shaders
 
+from ... import mixed_precision
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
@@ -123,7 +124,7 @@ class Gles2Segment(Segment):
         super().__init__(KEY, nodes, inputs, outputs)
         rt = path.runtime
         self._rt = rt
-        cfg = rt.config(path.precision)
+        cfg = path.kernels.context  # the generators' Config: the same format for every tensor
         self.poison = path.poison
         # integer outputs (a QuantizeLinear's) are read back as floats holding the integers and
         # leave in the graph's type; integer inputs are uploaded as those floats
@@ -150,11 +151,15 @@ class Gles2Segment(Segment):
             else:
                 draws.append((node, k, out))
         self.aliases = owner
+        # Under fp16 a tensor the mixed-precision policy keeps is one fp32 per texel (pack 1), at
+        # a segment edge inside the graph too: uploaded and read back as float32 (Config.pack_of,
+        # which the generators asked when they wrote the loaders and the output encoding)
         for name in inputs:
-            self.layouts[name] = Layout.of(graph.shape(name), cfg.pack, cfg.max_size)  # type: ignore[arg-type]
+            self.layouts[name] = Layout.of(graph.shape(name), cfg.pack_of(name, graph),  # type: ignore[arg-type]
+                                           cfg.max_size)
             self.textures[name] = self._own(rt.texture(self.layouts[name]))
         for _, k, out in every:
-            self.layouts[out] = Layout.of(k.out_shape, cfg.pack, cfg.max_size)
+            self.layouts[out] = Layout.of(k.out_shape, k.out_pack, cfg.max_size)
         # Render targets shared by tensors whose lifetimes do not overlap (segment_services); the
         # uploaded inputs keep their own textures.
         produced = {out for _, _, out in draws}
@@ -183,6 +188,10 @@ class Gles2Segment(Segment):
             self.textures[name] = self.textures[src]
             if src in self.fbos:
                 self.fbos[name] = self.fbos[src]
+        if cfg.pack == 2:
+            kept = {n: why for n, why in mixed_precision.fp32_tensors(nodes, graph).items()
+                    if n in self.layouts and self.layouts[n].pack == 1}
+            self.notes = [mixed_precision.describe(nodes, graph, kept)]
 
     def _own(self, obj: Any) -> Any:
         self._owned.append(obj)

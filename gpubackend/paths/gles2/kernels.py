@@ -18,7 +18,7 @@ import numpy as np
 
 from gpubackend import shaders
 
-from ... import ops
+from ... import mixed_precision, ops
 from ...gl.device import LLVMPIPE_LOOP_LIMIT, LOOP_BUDGET
 from ...graph import Graph, Node
 from ...ops import elementwise as ew
@@ -58,10 +58,28 @@ class Config:
     # and uniform upload costs about as much as a few thousand multiply-adds).
     channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS
     channel_draw_min_macs: int = CHANNEL_DRAW_MIN_MACS
+    # precision="fp16": the tensors gpubackend.mixed_precision keeps fp32 are stored one fp32 per
+    # texel (pack 1) beside the others' two fp16 per texel (False: every activation fp16)
+    mixed: bool = True
 
     @property
     def pack(self) -> int:
+        """The path's activation format: elements per texel (1: fp32, 2: fp16)."""
         return 2 if self.precision == "fp16" else 1
+
+    def pack_of(self, name: str, graph: Graph) -> int:
+        """The elements per texel of activation ``name`` (not a constant: those are always fp32).
+        Under fp16 a node output that the mixed-precision policy keeps (``keeps_fp32``: at most
+        SMALL_TENSOR_ELEMENTS floats) is stored fp32, wherever it is: the generators that write
+        or read it and the segment that uploads or reads it back ask this same question (a kept
+        tensor between a gles2 and a cpu segment travels as fp32). Graph inputs and outputs keep
+        the path's format, as every path's segment edges do."""
+        if self.pack == 1 or name in graph.constants:
+            return 1
+        if (self.mixed and name not in graph.inputs and name not in graph.outputs
+                and mixed_precision.keeps_fp32(name, graph)):
+            return 1
+        return self.pack
 
 
 @dataclass
@@ -79,6 +97,7 @@ class Kernel(KernelRecord):
     # u_w set to row c before each draw.
     channel_uniforms: np.ndarray | None = None
     output: str = ""  # the node output this draw writes ("": the first; Split draws once per output)
+    out_pack: int = 1  # elements per texel of the output texture (Config.pack_of of the output)
     # a tensor whose texture already holds this kernel's output (DequantizeLinear(x, 1, 0): the
     # integers as floats): the segment reads that texture and skips the draw where it can
     alias: str = ""
@@ -137,7 +156,7 @@ class _Gen:
         const = name in self.graph.constants or name in self.consts
         shape = self.consts[name].shape if name in self.consts else self.shape(name)
         try:
-            return Layout.of(tuple(shape), 1 if const else self.cfg.pack, self.cfg.max_size)
+            return Layout.of(tuple(shape), 1 if const else self.cfg.pack_of(name, self.graph), self.cfg.max_size)
         except LayoutError as exc:
             raise Decline(str(exc)) from exc
 
@@ -207,12 +226,15 @@ class _Gen:
 
     # ---- assembly -----------------------------------------------------------------------
     def finish(self, name: str, body: str, out_shape: tuple[int, ...], extra_defines: dict | None = None,
-               pair: str | None = None, loops: int = 0, pair_loops: int = 0) -> Kernel:
+               pair: str | None = None, loops: int = 0, pair_loops: int = 0, output: str = "") -> Kernel:
         """``body`` defines compute(); ``pair`` optionally defines ``vec2 compute2(n, c, h, w)``
         for the elements w and w+1 together (fp16 mode). ``loops`` / ``pair_loops``: the loop
-        iterations one call of compute() / compute2() takes (see ``Kernel.iterations``)."""
+        iterations one call of compute() / compute2() takes (see ``Kernel.iterations``).
+        ``output``: the tensor written (default the node's first output), whose
+        :meth:`Config.pack_of` is the output texture's format."""
+        out_pack = self.cfg.pack_of(output or self.node.outputs[0], self.graph)
         try:
-            L = Layout.of(out_shape, self.cfg.pack, self.cfg.max_size)
+            L = Layout.of(out_shape, out_pack, self.cfg.max_size)
         except LayoutError as exc:
             raise Decline(str(exc)) from exc
         _, C, H, W = L.d4
@@ -254,7 +276,8 @@ class _Gen:
         parts = [*self.loaders, act, body, *([pair] if pair and L.pack == 2 else []),
                  "\n".join(main)]
         src = shaders.source("gles2/kernel.frag", "100", defines) + "\n" + "\n".join(parts) + "\n"
-        return Kernel(name, src, list(self.inputs), tuple(out_shape), dict(self.consts), iterations)
+        return Kernel(name, src, list(self.inputs), tuple(out_shape), dict(self.consts), iterations,
+                      output=output, out_pack=L.pack)
 
 
 # ---- generators ---------------------------------------------------------------------------
@@ -290,7 +313,8 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     cout, cing = W.shape[0], W.shape[1]
     coutg = cout // group
     taps = k[0] * k[1]
-    per_channel = None if dynamic or nd != 2 else channel_weights(W, graph.constants[b] if b else None, cfg, ys)
+    per_channel = None if dynamic or nd != 2 else channel_weights(W, graph.constants[b] if b else None, cfg, ys,
+                                                                  cfg.pack_of(node.outputs[0], graph))
     if dynamic:  # weights (and bias) read from their own textures as they are
         lw = g.load(wname)
         bias_expr = f"{g.load(b)}(0.0, 0.0, 0.0, c)" if b else "0.0"
@@ -364,7 +388,7 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     name = "depthwise" if group == cout == xs[1] and cing == 1 else (
         "conv1x1" if taps == 1 and s == [1, 1] and not any(p) else "conv")
     pair = None
-    if name == "conv1x1" and cfg.pack == 2 and g.layout(x).k == 1 and nd == 2:
+    if name == "conv1x1" and g.layout(x).pack == 2 and g.layout(x).k == 1 and nd == 2:
         # fp16: the two elements of a texel share every weight read
         if per_channel is not None:
             body = _channel_loop(cing, 0, lambda ci: f"ldp{ld_x[2:]}(n, cb + {ci}, h, w)", CHANNEL_LOOP_STEP)
@@ -385,8 +409,8 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     return kernel
 
 
-def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_shape: tuple[int, ...]
-                    ) -> np.ndarray | None:
+def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_shape: tuple[int, ...],
+                    pack: int | None = None) -> np.ndarray | None:
     """The per-output-channel uniform arrays of a Conv with constant weights ``w`` (Cout, Cin/g,
     KH, KW), or None where the texture-weights kernel runs instead (an output channel smaller than
     ``channel_draw_min_pixels``, unless it has several input channels per group and
@@ -405,7 +429,7 @@ def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_sha
     if pixels < least and (cing == 1 or pixels * (count - 1) < cfg.channel_draw_min_macs):
         return None
     try:
-        if Layout.of(out_shape, cfg.pack, cfg.max_size).k != 1:
+        if Layout.of(out_shape, cfg.pack if pack is None else pack, cfg.max_size).k != 1:
             return None
     except LayoutError:
         return None  # finish() declines with the reason

@@ -69,7 +69,8 @@ def gen_qdq(node: Node, graph: Graph, cfg: Config) -> Kernel:
         lines.append(f"    return (v - {zp}) * {scale};")
     lines.append("}")
     kernel = g.finish("quantize" if rec.quantize else "dequantize", "\n".join(lines), xs)
-    if not rec.quantize and rec.axis is None and rec.scale[0] == 1 and rec.zero_point[0] == 0:
+    if (not rec.quantize and rec.axis is None and rec.scale[0] == 1 and rec.zero_point[0] == 0
+            and g.layout(x).pack == kernel.out_pack):
         # the integers as floats: what x's texture already holds (ops.quant._zero_point_in_bias)
         kernel.alias = x
     return kernel

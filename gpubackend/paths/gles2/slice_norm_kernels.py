@@ -6,8 +6,6 @@ Both read their semantics from the op layer's records; the generated bodies foll
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ... import ops
@@ -53,7 +51,7 @@ def gen_split(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
             axis = rec.axis + 4 - len(xs)
             src[axis] = f"({lit(offset)} + {src[axis]})"
             body = f"float compute(float n, float c, float h, float w) {{ return {g.load(x)}({', '.join(src)}); }}"
-            kernels.append(replace(g.finish("layout", body, ys), output=y))
+            kernels.append(g.finish("layout", body, ys, output=y))
         offset += size
     return kernels
 
