@@ -75,7 +75,9 @@ def small_tensors(model: onnx.ModelProto, feeds: dict[str, np.ndarray], limit: i
     probe.CopyFrom(model)
     names = [o for n in probe.graph.node if n.op_type != "Constant" for o in n.output if o]
     known = {o.name for o in probe.graph.output}
-    probe.graph.output.extend([helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
+    # typed outputs: onnxruntime refuses an output of undefined element type
+    types = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
+    probe.graph.output.extend([helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), None)
                                for n in names if n not in known])
     values = _run(probe, feeds)
     return {o.name for o, v in zip(probe.graph.output, values) if np.asarray(v).size <= limit}
