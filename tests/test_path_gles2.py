@@ -728,3 +728,18 @@ def test_channel_draws_only_where_they_pay_and_fit():
     assert k.channel_uniforms is None and stats.dispatches == 1
     want = reference("Conv", [x, w, None], {"pads": [1, 1, 1, 1]}, 17)
     assert rel_err(got, want) < 1e-5
+
+
+def test_segment_counts_its_weight_bytes():
+    """explain()'s device weight bytes on gles2: the constant textures (4 bytes a texel) and the
+    per-channel uniform weights, at least the conv's weights and bias as float32."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    node, g = _graph1("Conv", {"x": (1, 4, 6, 6), "w": w.shape, "b": b.shape, "out_": (1, 8, 6, 6)},
+                      {"w": w, "b": b}, {"pads": [1, 1, 1, 1]})
+    seg = gpath("fp32").compile(g.nodes, g, ["x"], ["out_"])
+    try:
+        assert 4 * (w.size + b.size) <= seg.weight_bytes < 4 * 4 * (w.size + b.size)
+    finally:
+        seg.close()

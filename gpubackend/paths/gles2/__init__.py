@@ -168,14 +168,20 @@ class Gles2Segment(Segment):
                                   keep=[owner.get(o, o) for o in outputs])
         targets: dict[int, tuple[Any, Any]] = {}
         self.steps: list[_Step] = []
+        # constants the segment holds for explain(): weight textures (4 bytes a texel) and the
+        # per-channel uniform weights it sets before each draw
+        self.weight_bytes = 0
         for node, k, out in draws:
             texs = []
+            if k.channel_uniforms is not None:
+                self.weight_bytes += k.channel_uniforms.nbytes
             for name in (owner.get(i, i) for i in k.inputs):
                 if name not in self.textures:  # a constant: uploaded once, fp32
                     arr = k.consts[name] if name in k.consts else graph.constants[name]
                     lay = Layout.of(tuple(arr.shape), 1, cfg.max_size)
                     self.layouts[name] = lay
                     self.textures[name] = self._own(rt.texture(lay, lay.to_bytes(arr)))
+                    self.weight_bytes += 4 * lay.size[0] * lay.size[1]
                 texs.append(self.textures[name])
             slot = slot_of[out]
             if slot not in targets:
