@@ -58,9 +58,6 @@ class Config:
     # and uniform upload costs about as much as a few thousand multiply-adds).
     channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS
     channel_draw_min_macs: int = CHANNEL_DRAW_MIN_MACS
-    # precision="fp16": the tensors gpubackend.mixed_precision keeps fp32 are stored one fp32 per
-    # texel (pack 1) beside the others' two fp16 per texel (False: every activation fp16)
-    mixed: bool = True
 
     @property
     def pack(self) -> int:
@@ -76,8 +73,7 @@ class Config:
         the path's format, as every path's segment edges do."""
         if self.pack == 1 or name in graph.constants:
             return 1
-        if (self.mixed and name not in graph.inputs and name not in graph.outputs
-                and mixed_precision.keeps_fp32(name, graph)):
+        if name not in graph.inputs and name not in graph.outputs and mixed_precision.keeps_fp32(name, graph):
             return 1
         return self.pack
 
