@@ -352,7 +352,9 @@ def _gles31_cases() -> list[Case]:
                                 ("Add", (1, 7, 3, 3), (1, 1, 3, 3), False),  # channel broadcast (splat)
                                 ("Max", (1, 6, 1, 4), (1, 6, 3, 1), False),
                                 ("Min", (3, 5), (5,), True),
-                                ("Pow", (2, 3, 4), (2, 3, 4), False)]:
+                                ("Pow", (2, 3, 4), (2, 3, 4), False),
+                                ("Add", (2, 8, 5, 7), (2, 8, 5, 7), False),  # FLAT: same layout, channels % 4 == 0
+                                ("Div", (1, 8, 3, 5), (1, 8, 3, 5), False)]:
         a, b = _n(*sa), _n(*sb)
         if op == "Div":
             b = np.where(np.abs(b) < 0.2, 0.5, b).astype(np.float32)

@@ -672,6 +672,12 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
               ("a0", sa[0]), ("a1", sa[1]), ("a2", sa[2]), ("a3", sa[3]), ("a_splat", fa),
               ("b0", sb[0]), ("b1", sb[1]), ("b2", sb[2]), ("b3", sb[3]), ("b_splat", fb))
     wide = {f"{k}32": 1 for k, b in (("A", ba), ("B", bb)) if b.fp32 and precision == "fp16"}
+    contiguous = [d1 * d2 * c4, d2 * c4, c4, 1]
+    dims = (d0, d1, d2, c4)
+    flat = c % 4 == 0 and not fa and not fb and all(
+        s[k] == contiguous[k] or dims[k] == 1 for s in (sa, sb) for k in range(4))
+    if flat:
+        wide["FLAT"] = 1
     return [Kernel("binary", "compute/binary.comp", _variant(precision, BOP=ew.BOP_CODES[key], **wide), params,
                    (ba, bb, Binding("out", y)),
                    groups, local, node.name)]
@@ -1043,10 +1049,11 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
         for act in ACT_CODES.values():
             out.append(("compute/unary.comp", _variant(prec, ACT=act)))
         for bop in ew.BOP_CODES.values():
-            out.append(("compute/binary.comp", _variant(prec, BOP=bop)))
-            if prec == "fp16":
-                out += [("compute/binary.comp", _variant(prec, BOP=bop, **dict.fromkeys(wide, 1)))
-                        for wide in (("A32",), ("B32",), ("A32", "B32"))]
+            for flat in ((), ("FLAT",)):
+                out.append(("compute/binary.comp", _variant(prec, BOP=bop, **dict.fromkeys(flat, 1))))
+                if prec == "fp16":
+                    out += [("compute/binary.comp", _variant(prec, BOP=bop, **dict.fromkeys(wide + flat, 1)))
+                            for wide in (("A32",), ("B32",), ("A32", "B32"))]
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
         if prec == "fp16":  # the pooled mean kept fp32 (compute_mixed)

@@ -3,6 +3,9 @@
 // vec4 units (0 on broadcast axes) and, when its packed axis has length 1 against a longer
 // output axis, splats lane 0 (per-channel scale of squeeze-excite is strides (c4, 0, 0, 1)).
 // The op is binop() chosen by BOP (see gpubackend/ops/elementwise.py).
+// FLAT: both operands have the output's layout and its channel count is a multiple of 4 (no
+// padded lanes), so element i of each is read at i: no index arithmetic, whose integer divisions
+// by non-literal values llvmpipe and lavapipe run lane by lane (2x the time of a residual Add).
 #include "compute/prelude.glsl"
 #include "common/elementwise.glsl"
 
@@ -34,6 +37,9 @@ layout(std430, binding = 2) writeonly buffer Y { SVEC4 y[]; };
 void main() {
     int i = flat_id();
     if (i >= p.d0 * p.d1 * p.d2 * p.c4s) return;
+#ifdef FLAT
+    ST(y, i, binop(LDA(i), LDB(i)));
+#else
     int c4 = i % p.c4s;
     int r = i / p.c4s;
     int i2 = r % p.d2;
@@ -46,4 +52,5 @@ void main() {
     if (p.b_splat != 0) bv = bv.xxxx;
     vec4 v = binop(av, bv);
     ST(y, i, tail_zero(v, c4, p.c));
+#endif
 }
