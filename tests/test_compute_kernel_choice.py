@@ -37,39 +37,52 @@ def _binary_graph(op: str, sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[No
     return node, graph
 
 
-def test_same_layout_binary_ops_index_flat() -> None:
+def test_binary_ops_index_flat_or_per_channel_where_the_layouts_allow() -> None:
     """FLAT (no index arithmetic) only where both operands have the output's packed layout and
-    no lane is padding."""
-    for sa, sb, flat in [((1, 8, 5, 7), (1, 8, 5, 7), True), ((2, 3, 4), (2, 3, 4), True),
-                         ((1, 6, 5, 7), (1, 6, 5, 7), False),  # 6 channels: padded lanes need tail_zero
-                         ((1, 8, 5, 7), (1, 8, 1, 1), False), ((1, 8, 5, 7), (1, 1, 5, 7), False),
-                         ((1, 8, 1, 7), (1, 8, 5, 7), False)]:
-        got = ck.generate(*_binary_graph("Add", sa, sb))
+    no lane is padding; CHAN where one operand is a vector per channel of one image."""
+    for sa, sb, want in [((1, 8, 5, 7), (1, 8, 5, 7), {"FLAT": 1}), ((2, 3, 4), (2, 3, 4), {"FLAT": 1}),
+                         ((1, 6, 5, 7), (1, 6, 5, 7), {}),  # 6 channels: padded lanes need tail_zero
+                         ((1, 8, 5, 7), (1, 8, 1, 1), {"CHAN": 1}), ((1, 6, 5, 7), (1, 6, 1, 1), {"CHAN": 1}),
+                         ((1, 8, 1, 1), (1, 8, 5, 7), {"CHAN": 2}),
+                         ((2, 8, 5, 7), (2, 8, 1, 1), {}),  # a gate per image: general indexing
+                         ((1, 8, 5, 7), (1, 1, 5, 7), {}), ((1, 8, 1, 7), (1, 8, 5, 7), {})]:
+        got = ck.generate(*_binary_graph("Mul", sa, sb))
         assert not isinstance(got, str), got
         (rec,) = got.payload
-        assert ("FLAT", 1) in rec.defines if flat else ("FLAT", 1) not in rec.defines, (sa, sb, rec.defines)
+        index = {k: v for k, v in rec.defines if k in ("FLAT", "CHAN")}
+        assert index == want, (sa, sb, rec.defines)
 
 
 @pytest.mark.parametrize("path", ["gles31", "vulkan"])
-def test_flat_binary_ops_keep_ieee_specials(path: str) -> None:
+def test_flat_and_per_channel_binary_ops_keep_ieee_specials(path: str) -> None:
+    shape = [1, 8, 3, 5]
+    rng = np.random.default_rng(3)
+    for b_shape in ([1, 8, 3, 5], [1, 8, 1, 1]):  # FLAT, CHAN
+        a = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal(b_shape).astype(np.float32)
+        a.flat[:6] = [0.0, 1.0, -1.0, np.inf, np.nan, -np.inf]
+        b.flat[:6] = [0.0, 0.0, 0.0, np.inf, 1.0, 2.0]
+        for op in ("Add", "Div", "Mul"):
+            _check_binary(path, op, a, b)
+
+
+def _check_binary(path: str, op: str, a: np.ndarray, b: np.ndarray) -> None:
     from onnx import TensorProto, helper
 
     import gpubackend
 
-    shape = [1, 8, 3, 5]
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal(shape).astype(np.float32)
-    b = rng.standard_normal(shape).astype(np.float32)
-    a.flat[:6] = [0.0, 1.0, -1.0, np.inf, np.nan, -np.inf]
-    b.flat[:6] = [0.0, 0.0, 0.0, np.inf, 1.0, 2.0]
     with np.errstate(all="ignore"):
-        refs = {"Add": a + b, "Div": a / b, "Mul": a * b}
-    for op, ref in refs.items():
-        graph = helper.make_graph([helper.make_node(op, ["a", "b"], ["y"])], "g",
-                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "ab"],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+        ref = {"Add": a + b, "Div": a / b, "Mul": a * b}[op]
+    for first, second, want in (("a", "b", ref), ("b", "a", None)):
+        graph = helper.make_graph([helper.make_node(op, [first, second], ["y"])], "g",
+                                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape),
+                                   helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ref.shape)])
+        if want is None:
+            with np.errstate(all="ignore"):
+                want = {"Add": b + a, "Div": b / a, "Mul": b * a}[op]
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         sess = gpubackend.Session(model.SerializeToString(), path=path, fallback=False)
         (got,) = sess.run({"a": a, "b": b})
-        np.testing.assert_array_equal(got, ref, err_msg=f"{op} on {path}")
+        np.testing.assert_array_equal(got, want, err_msg=f"{op}({first}, {second}) {a.shape} {b.shape} on {path}")
         sess.close()

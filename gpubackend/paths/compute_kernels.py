@@ -672,12 +672,15 @@ def _binary(node: Node, graph: Graph, precision: str) -> list[Record]:
               ("a0", sa[0]), ("a1", sa[1]), ("a2", sa[2]), ("a3", sa[3]), ("a_splat", fa),
               ("b0", sb[0]), ("b1", sb[1]), ("b2", sb[2]), ("b3", sb[3]), ("b_splat", fb))
     wide = {f"{k}32": 1 for k, b in (("A", ba), ("B", bb)) if b.fp32 and precision == "fp16"}
-    contiguous = [d1 * d2 * c4, d2 * c4, c4, 1]
-    dims = (d0, d1, d2, c4)
-    flat = c % 4 == 0 and not fa and not fb and all(
-        s[k] == contiguous[k] or dims[k] == 1 for s in (sa, sb) for k in range(4))
-    if flat:
+    contiguous, dims, per_channel = [d1 * d2 * c4, d2 * c4, c4, 1], (d0, d1, d2, c4), [0, 0, 0, 1]
+    same = [not splat and all(s[k] == contiguous[k] or dims[k] == 1 for k in range(4))
+            for s, splat in ((sa, fa), (sb, fb))]
+    if all(same) and c % 4 == 0:
         wide["FLAT"] = 1
+    elif same[0] and not fb and sb == per_channel:
+        wide["CHAN"] = 1
+    elif same[1] and not fa and sa == per_channel:
+        wide["CHAN"] = 2
     return [Kernel("binary", "compute/binary.comp", _variant(precision, BOP=ew.BOP_CODES[key], **wide), params,
                    (ba, bb, Binding("out", y)),
                    groups, local, node.name)]
@@ -1049,10 +1052,10 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
         for act in ACT_CODES.values():
             out.append(("compute/unary.comp", _variant(prec, ACT=act)))
         for bop in ew.BOP_CODES.values():
-            for flat in ((), ("FLAT",)):
-                out.append(("compute/binary.comp", _variant(prec, BOP=bop, **dict.fromkeys(flat, 1))))
+            for index in ({}, {"FLAT": 1}, {"CHAN": 1}, {"CHAN": 2}):
+                out.append(("compute/binary.comp", _variant(prec, BOP=bop, **index)))
                 if prec == "fp16":
-                    out += [("compute/binary.comp", _variant(prec, BOP=bop, **dict.fromkeys(wide + flat, 1)))
+                    out += [("compute/binary.comp", _variant(prec, BOP=bop, **index, **dict.fromkeys(wide, 1)))
                             for wide in (("A32",), ("B32",), ("A32", "B32"))]
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))

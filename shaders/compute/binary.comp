@@ -6,6 +6,8 @@
 // FLAT: both operands have the output's layout and its channel count is a multiple of 4 (no
 // padded lanes), so element i of each is read at i: no index arithmetic, whose integer divisions
 // by non-literal values llvmpipe and lavapipe run lane by lane (2x the time of a residual Add).
+// CHAN 1 (2): b (a) is one vec4 per channel block of a single image, the other operand has the
+// output's layout (a squeeze-excite gate): one modulo instead of three divisions and three.
 #include "compute/prelude.glsl"
 #include "common/elementwise.glsl"
 
@@ -37,8 +39,15 @@ layout(std430, binding = 2) writeonly buffer Y { SVEC4 y[]; };
 void main() {
     int i = flat_id();
     if (i >= p.d0 * p.d1 * p.d2 * p.c4s) return;
-#ifdef FLAT
+#if defined(FLAT)
     ST(y, i, binop(LDA(i), LDB(i)));
+#elif defined(CHAN)
+    int c4 = i % p.c4s;
+#if CHAN == 1
+    ST(y, i, tail_zero(binop(LDA(i), LDB(c4)), c4, p.c));
+#else
+    ST(y, i, tail_zero(binop(LDA(c4), LDB(i)), c4, p.c));
+#endif
 #else
     int c4 = i % p.c4s;
     int r = i / p.c4s;
