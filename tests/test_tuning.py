@@ -32,6 +32,20 @@ UNIT_CASES = {
         _node("gemm_37x29x21_transb", "gemm", "Gemm", [_u(37, 29), _u(21, 29), _u(21)], {"transB": 1}),
         _node("matmul_const_2x5x7_18", "matmul", "MatMul", [_u(2, 5, 7), _u(7, 18)], {}),
     ],
+    "reads": [
+        _node("depthwise3x3_stride2_c10_w13_batch2_relu6", "depthwise", "Conv",
+              [_u(2, 10, 9, 13), _u(10, 1, 3, 3), _u(10)],
+              {"kernel_shape": [3, 3], "group": 10, "strides": [2, 2], "pads": [1, 1, 1, 1],
+               "_act": ("Clip", {"min": 0.0, "max": 6.0})}),
+        _node("depthwise5x5_dilated_c7_hardswish", "depthwise", "Conv", [_u(1, 7, 11, 10), _u(7, 1, 5, 5), _u(7)],
+              {"kernel_shape": [5, 5], "group": 7, "dilations": [2, 1], "pads": [4, 2, 4, 2],
+               "_act": ("HardSwish", {})}),
+        _node("convtranspose2x2_stride2_ci6_co3_batch2_sigmoid", "convtranspose", "ConvTranspose",
+              [_u(2, 6, 5, 7), _u(6, 3, 2, 2), _u(3)], {"kernel_shape": [2, 2], "strides": [2, 2],
+                                                         "_act": ("Sigmoid", {})}),
+        _node("convtranspose3x2_stride3x2_ci5_co10", "convtranspose", "ConvTranspose",
+              [_u(1, 5, 4, 9), _u(5, 10, 3, 2), _u(10)], {"kernel_shape": [3, 2], "strides": [3, 2]}),
+    ],
 }
 # The default tier runs each variant on the first case at fp32; the rest is slow (minutes on llvmpipe).
 VARIANT_PARAMS = [pytest.param(unit, v.name, case, path, prec, id=f"{unit}-{v.name}-{case.id}-{path}-{prec}",

@@ -90,6 +90,11 @@ tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS
                 {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"})
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
                 {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"})
+# reads (depthwise, ConvTranspose): input and weights as storage buffers, or through buffer
+# textures (GL ES; the Vulkan build drops the defines): selfie 1.13x (depthwise) and 1.07x
+# (its ConvTranspose) on llvmpipe, interleaved
+tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("TEXW", 1), ("TEXX", 1)))],
+                {"*": "ssbo", "llvmpipe": "tex"})
 
 
 def _sg_lanes(variant: tuning.Variant) -> int:
@@ -486,7 +491,9 @@ def _depthwise(node: Node, graph: Graph, precision: str) -> list[Record]:
         return np.ascontiguousarray(wp.reshape(c4, 4, g["kh"], g["kw"]).transpose(0, 2, 3, 1)).reshape(-1, 4)
 
     act, a0, a1 = _act(g["act"])
-    extra = {"ACT": act, "BX": DW_BX}
+    choice = tuning.choose("reads", f"depthwise k{g['kh']}x{g['kw']} s{g['sh']} c{tuning.bucket(c)} "
+                                    f"px{tuning.bucket(g['oh'] * g['ow'])}", node.name)
+    extra = {"ACT": act, "BX": DW_BX, **dict(choice.variant.defines)}
     if DW3_BX and (g["kh"], g["kw"], g["dh"], g["dw"]) == (3, 3, 1, 1) and g["sh"] == g["sw"] and g["sh"] in (1, 2):
         extra.update(BX=DW3_BX, K3S=g["sh"])
     groups, local = _grid_rows(g["oh"] * -(-g["ow"] // extra["BX"]), c4, g["n"])
@@ -497,7 +504,8 @@ def _depthwise(node: Node, graph: Graph, precision: str) -> list[Record]:
     return [Kernel("depthwise", "compute/depthwise.comp", _variant(precision, **extra), params,
                    (Binding("in", node.inputs[0]), _source(graph, node, 1, "the weight", f"{node.name}/w", pack_w),
                     _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, c, c4)),
-                    Binding("out", node.outputs[0])), groups, local, node.name)]
+                    Binding("out", node.outputs[0])), groups, local, node.name,
+                   variant=choice.variant.name, variant_why=choice.why)]
 
 
 def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> list[Record]:
@@ -557,20 +565,24 @@ def _convtranspose_taps(node: Node, graph: Graph, precision: str) -> list[Record
         raise Decline(f"weight shape {_shape(graph, node.inputs[1])} does not match {g['ci']} -> {g['co']} "
                       f"channels in {group} groups")
     co4, ci4 = (g["co"] + 3) // 4, (g["ci"] + 3) // 4
-    cob = -(-co4 // CONVT_CB)
+    cb = min(CONVT_CB, co4)  # one output block (a mask head): no second block computed and dropped
+    cob = -(-co4 // cb)
     rows = g["n"] * g["ih"] * g["iw"]
     act, a0, a1 = _act(g["act"])
+    choice = tuning.choose("reads", f"convtranspose_tap ci{tuning.bucket(g['ci'])} co{tuning.bucket(g['co'])} "
+                                    f"rows{tuning.bucket(rows)}", node.name)
     groups, local = _grid_rows(-(-rows // CONVT_PX), cob, g["kh"] * g["kw"])
     params = (("rows", rows), ("ih", g["ih"]), ("iw", g["iw"]), ("ci4", ci4), ("oh", g["oh"]), ("ow", g["ow"]),
               ("co4", co4), ("co", g["co"]), ("kh", g["kh"]), ("kw", g["kw"]), ("cob", cob), ("act0", a0),
               ("act1", a1), ("oc4s", co4), ("oc4o", 0))
     return [Kernel("convtranspose", "compute/convtranspose_tap.comp",
-                   _variant(precision, ACT=act, PX=CONVT_PX, CB=CONVT_CB), params,
+                   _variant(precision, ACT=act, PX=CONVT_PX, CB=cb, **dict(choice.variant.defines)), params,
                    (Binding("in", node.inputs[0]),
                     _source(graph, node, 1, "the weight", f"{node.name}/w",
-                            lambda w: _pack_blocks(_grouped_dense(w, group, True), cob * CONVT_CB)),
-                    _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, g["co"], cob * CONVT_CB)),
-                    Binding("out", node.outputs[0])), groups, local, node.name)]
+                            lambda w: _pack_blocks(_grouped_dense(w, group, True), cob * cb)),
+                    _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, g["co"], cob * cb)),
+                    Binding("out", node.outputs[0])), groups, local, node.name,
+                   variant=choice.variant.name, variant_why=choice.why)]
 
 
 def _convtranspose(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -1048,7 +1060,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             for stride in (1, 2):
                 out.append(("compute/depthwise.comp", _variant(prec, **epi, BX=DW3_BX, K3S=stride)))
             out.append(("compute/convtranspose.comp", _variant(prec, **epi, CB=CONVT_CB)))
-            out.append(("compute/convtranspose_tap.comp", _variant(prec, **epi, PX=CONVT_PX, CB=CONVT_CB)))
+            out += [("compute/convtranspose_tap.comp", _variant(prec, **epi, PX=CONVT_PX, CB=cb))
+                    for cb in (1, CONVT_CB)]
         for act in ACT_CODES.values():
             out.append(("compute/unary.comp", _variant(prec, ACT=act)))
         for bop in ew.BOP_CODES.values():

@@ -2,6 +2,9 @@
 // gather: each output pixel sums the input pixels whose stride grid reaches it. Groups arrive
 // as a dense block-diagonal weight. Each invocation computes CB output-channel blocks of 4.
 // Weights: [co4][ky][kx][ci4] blocks of 4 vec4, co4 padded with zero blocks to a multiple of CB.
+#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
+#extension GL_EXT_texture_buffer : require
+#endif
 #include "compute/prelude.glsl"
 #ifndef CB
 #define CB 2
@@ -20,7 +23,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 #include "compute/epilogue.glsl"
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 #include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
@@ -51,7 +54,7 @@ void main() {
             int xi = ((n * p.ih + iy) * p.iw + ix) * p.ci4;
             int wb = ((co4_0 * p.kh + ky) * p.kw + kx) * p.ci4 * 4;
             for (int c4 = 0; c4 < p.ci4; c4++) {
-                vec4 xv = LD(x, xi + c4);
+                vec4 xv = LDX(xi + c4);
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
                     acc[c] += xv.x * WLOAD(wi) + xv.y * WLOAD(wi + 1) + xv.z * WLOAD(wi + 2) + xv.w * WLOAD(wi + 3);

@@ -5,6 +5,9 @@
 // weight index is uniform in a workgroup. The generic gather (convtranspose.comp) ran this
 // shape 60x slower than a 1x1 conv of the same work on llvmpipe and lavapipe.
 // Weights: [co4][ky][kx][ci4] blocks of 4 vec4, co4 padded with zero blocks to a multiple of CB.
+#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
+#extension GL_EXT_texture_buffer : require
+#endif
 #include "compute/prelude.glsl"
 #ifndef PX
 #define PX 8
@@ -24,7 +27,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 #include "compute/epilogue.glsl"
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 #include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
@@ -46,7 +49,7 @@ void main() {
     int wb = ((co4_0 * p.kh + ky) * p.kw + kx) * p.ci4 * 4;
     for (int c4 = 0; c4 < p.ci4; c4++) {
         vec4 xv[PX];
-        for (int i = 0; i < PX; i++) xv[i] = LD(x, xr[i] + c4);
+        for (int i = 0; i < PX; i++) xv[i] = LDX(xr[i] + c4);
         for (int c = 0; c < CB; c++) {
             int wi = wb + c * wstride + c4 * 4;
             vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
@@ -55,12 +58,15 @@ void main() {
         }
     }
     int hw = p.ih * p.iw;
+    int n = r0 / hw;  // the input pixel (n, iy, ix) of r0; later ones step along the row
+    int iy = (r0 - n * hw) / p.iw;
+    int ix = r0 - n * hw - iy * p.iw;
     for (int i = 0; i < PX; i++) {
-        int r = r0 + i;
-        if (r >= p.rows) break;
-        int n = r / hw;
-        int iy = (r - n * hw) / p.iw;
-        int ix = r - n * hw - iy * p.iw;
+        if (r0 + i >= p.rows) break;
+        if (i > 0 && ++ix == p.iw) {
+            ix = 0;
+            if (++iy == p.ih) { iy = 0; n++; }
+        }
         int o = ((n * p.oh + iy * p.kh + ky) * p.ow + ix * p.kw + kx) * p.oc4s + p.oc4o;
         for (int c = 0; c < CB; c++) {
             int co4 = co4_0 + c;

@@ -2,6 +2,9 @@
 // and fused activation. Each invocation computes BX output pixels along x of one channel block.
 // Weights: [c4][ky][kx] vec4. Dispatch: x over pixel blocks, workgroup y = channel block,
 // z = batch (uniform weight loads, see conv.comp).
+#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
+#extension GL_EXT_texture_buffer : require
+#endif
 #include "compute/prelude.glsl"
 #ifndef BX
 #define BX 4
@@ -20,7 +23,7 @@ PARAMS_END
 #include "common/elementwise.glsl"
 #include "compute/epilogue.glsl"
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 #include "compute/weights.glsl"
 layout(std430, binding = 3) writeonly buffer Y { SVEC4 y[]; };
 
@@ -47,7 +50,7 @@ void main() {
         vec4 strip[SPAN];
         for (int j = 0; j < SPAN; j++) {
             int xx = ixb + j;
-            strip[j] = (xx >= 0 && xx < p.iw) ? LD(x, (row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4) : vec4(0.0);
+            strip[j] = (xx >= 0 && xx < p.iw) ? LDX((row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4) : vec4(0.0);
         }
         int wi = (c4 * 3 + ky) * 3;
         vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2);
@@ -79,7 +82,7 @@ void main() {
             for (int i = 0; i < BX; i++) {
                 int xx = (ox0 + i) * p.sw - p.pl + kx * p.dw;
                 bool ok = xx >= 0 && xx < p.iw;
-                vec4 xv = LD(x, (row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4);
+                vec4 xv = LDX((row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4);
                 acc[i] += ok ? xv * wv : vec4(0.0);
             }
         }

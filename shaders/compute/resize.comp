@@ -5,6 +5,9 @@
 #ifndef VULKAN
 #extension GL_OES_gpu_shader5 : enable
 #endif
+#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
+#extension GL_EXT_texture_buffer : require
+#endif
 #include "compute/prelude.glsl"
 // precise: the bilinear sum must not be contracted into fma (it would round ties differently)
 #if defined(VULKAN) || defined(GL_OES_gpu_shader5)
@@ -19,7 +22,7 @@ PARAMS_BEGIN
     int oc4s; int oc4o;  // output view: vec4s per pixel, first block (a Concat writes in place)
 PARAMS_END
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 layout(std430, binding = 1) writeonly buffer Y { SVEC4 y[]; };
 layout(std430, binding = 2) readonly buffer T { vec4 taps[]; };
 
@@ -34,12 +37,12 @@ void main() {
     vec4 tx = taps[p.oh + ox];
     int base = n * p.ih * p.iw;
     int y0 = int(ty.x), x0 = int(tx.x);
-    vec4 v = LD(x, (base + y0 * p.iw + x0) * p.c4s + c4);
+    vec4 v = LDX((base + y0 * p.iw + x0) * p.c4s + c4);
     if (p.linear != 0) {
         int y1 = int(ty.y), x1 = int(tx.y);
-        vec4 v01 = LD(x, (base + y0 * p.iw + x1) * p.c4s + c4);
-        vec4 v10 = LD(x, (base + y1 * p.iw + x0) * p.c4s + c4);
-        vec4 v11 = LD(x, (base + y1 * p.iw + x1) * p.c4s + c4);
+        vec4 v01 = LDX((base + y0 * p.iw + x1) * p.c4s + c4);
+        vec4 v10 = LDX((base + y1 * p.iw + x0) * p.c4s + c4);
+        vec4 v11 = LDX((base + y1 * p.iw + x1) * p.c4s + c4);
         // the four products summed in onnxruntime's order (its bilinear kernel), so the ties of
         // a quantized model round as there
         PRECISE vec4 r = (tx.z * ty.z) * v;
