@@ -86,3 +86,23 @@ def _check_binary(path: str, op: str, a: np.ndarray, b: np.ndarray) -> None:
         (got,) = sess.run({"a": a, "b": b})
         np.testing.assert_array_equal(got, want, err_msg=f"{op}({first}, {second}) {a.shape} {b.shape} on {path}")
         sess.close()
+
+
+def test_untuned_blocking_narrows_to_the_output_blocks_a_layer_has() -> None:
+    from gpubackend import tuning
+
+    for unit, default in (("conv", "bx4cb4tex"), ("gemm", "px4cb4sg")):
+        v = tuning.units()[unit].variant(default)
+        assert v is not None
+        assert ck.narrowed(unit, v, 4) is v and ck.narrowed(unit, v, 8) is v
+        for co4 in (1, 2, 3, 6):
+            got = dict(ck.narrowed(unit, v, co4).defines)
+            assert -(-co4 // got["CB"]) * got["CB"] - co4 < -(-co4 // 4) * 4 - co4, (unit, co4, got)
+        assert ("TEXX", 1) in ck.narrowed("conv", tuning.units()["conv"].variant("bx4cb4tex"), 2).defines
+    with tuning.forced(conv="bx4cb4"):  # a forced (or tuned) variant is kept as it is
+        w = np.zeros((8, 8, 3, 3), np.float32)
+        conv = Node("c", "Conv", ["x", "w"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})
+        g = Graph([conv], ["x"], ["y"], {"w": w}, {"x": (1, 8, 5, 7), "w": w.shape, "y": (1, 8, 5, 7)}, {}, 17,
+                  {"x": (1, 8, 5, 7)})
+        got = ck.generate(conv, g)
+        assert not isinstance(got, str) and got.payload[0].variant == "bx4cb4"

@@ -183,10 +183,13 @@ def test_explain_names_the_tuned_variant(tmp_path, monkeypatch, path: str) -> No
     model = _conv_model()
     x = np.random.default_rng(0).standard_normal((1, 8, 10, 10)).astype(np.float32)
     table = tuning.load(path, gpubackend.probe().fingerprint)
-    default = tuning.units()["conv"].default_for(table.device_class).name  # lavapipe: bx4cb4sgk3
+    default = tuning.units()["conv"].default_for(table.device_class)  # lavapipe: bx4cb4sgk3
+    fit = compute_kernels.narrowed("conv", default, 3)  # 12 output channels: 3 blocks of 4
+    assert dict(fit.defines)["CB"] < dict(default.defines)["CB"]
     with gpubackend.Session(model, path=path, fallback=False) as sess:
         want = sess.run({"x": x})[0]
-        assert f"variant: conv {default} x1 (default for " in sess.explain()
+        assert (f"variant: conv {fit.name} x1 (default for {table.device_class}, narrowed from {default.name} "
+                "to 3 output block(s))") in sess.explain()
     cls = "k3x3 s1x1 d1x1 g1 ci8 co16 px128"
     tuning.store(table, "conv", cls, "bx4cb4", {"bx4cb4": 1.0})
     with gpubackend.Session(model, path=path, fallback=False) as sess:
