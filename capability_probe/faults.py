@@ -122,8 +122,11 @@ def active(kind: str, path: str, nbytes: int | None = None) -> bool:
     :func:`kernel_scope` naming one of its kernels; an item with a ``>WORDS`` threshold only to
     readbacks (``nbytes``) of more than that many 32-bit words.
     """
+    spec = os.environ.get(ENV, "")
+    if not spec:  # the common case, asked at every dispatch: no parse
+        return False
     try:
-        items = _parse(None)
+        items = _parse(spec)
     except ValueError:
         return False
     for k, p, kernels, words in items:
