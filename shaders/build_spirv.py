@@ -40,10 +40,10 @@ class SpirvBuildError(RuntimeError):
     """glslangValidator is missing or rejected a shader."""
 
 
-# Defines that select a GL ES-only form (TEXW / TEXX: weights / input through a buffer texture,
-# compute/weights.glsl, compute/input_x.glsl); the Vulkan source ignores them, so a variant with
-# one is the same binary.
-GL_ONLY_DEFINES = frozenset({"TEXW", "TEXX"})
+# Defines that select a GL ES-only form (TEXW / TEXX / TEXT: weights / input / resize taps
+# through a buffer texture, compute/weights.glsl, compute/input_x.glsl, compute/resize.comp); the
+# Vulkan source ignores them, so a variant with one is the same binary.
+GL_ONLY_DEFINES = frozenset({"TEXT", "TEXW", "TEXX"})
 
 
 def normalize(defines: Mapping[str, object] | Iterable[tuple[str, object]] | None) -> tuple[tuple[str, str], ...]:

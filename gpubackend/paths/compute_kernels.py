@@ -90,9 +90,10 @@ tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS
                 {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"})
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
                 {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"})
-# reads (depthwise, ConvTranspose): input and weights as storage buffers, or through buffer
-# textures (GL ES; the Vulkan build drops the defines): selfie 1.13x (depthwise) and 1.07x
-# (its ConvTranspose) on llvmpipe, interleaved
+# reads (depthwise, ConvTranspose, Resize): input and weights (Resize: its tap table) as storage
+# buffers, or through buffer textures (GL ES; the Vulkan build drops the defines): selfie 1.13x
+# (depthwise) and 1.07x (its ConvTranspose), a 16-channel 128^2 -> 256^2 Resize 1.8x on llvmpipe
+# (interleaved, under load)
 tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("TEXW", 1), ("TEXX", 1)))],
                 {"*": "ssbo", "llvmpipe": "tex"})
 
@@ -827,8 +828,11 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
     params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
               ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
     taps = Binding("const", f"{node.name}/taps", _resize_taps(rec, xs), True)
-    return [Kernel("resize", "compute/resize.comp", _variant(precision), params,
-                   (Binding("in", x), Binding("out", y), taps), groups, local, node.name)]
+    choice = tuning.choose("reads", f"resize c{tuning.bucket(xs[1])} px{tuning.bucket(ys[2] * ys[3])}", node.name)
+    tex = {"TEXX": 1, "TEXT": 1} if dict(choice.variant.defines).get("TEXX") else {}  # binding 1 is the output
+    return [Kernel("resize", "compute/resize.comp", _variant(precision, **tex), params,
+                   (Binding("in", x), Binding("out", y), taps), groups, local, node.name,
+                   variant=choice.variant.name, variant_why=choice.why)]
 
 
 def _concat(node: Node, graph: Graph, precision: str) -> list[Record]:

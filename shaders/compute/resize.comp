@@ -5,7 +5,7 @@
 #ifndef VULKAN
 #extension GL_OES_gpu_shader5 : enable
 #endif
-#if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
+#if (defined(TEXX) || defined(TEXT)) && !defined(VULKAN)
 #extension GL_EXT_texture_buffer : require
 #endif
 #include "compute/prelude.glsl"
@@ -24,7 +24,13 @@ PARAMS_END
 
 #include "compute/input_x.glsl"
 layout(std430, binding = 1) writeonly buffer Y { SVEC4 y[]; };
+#if defined(TEXT) && !defined(VULKAN)
+layout(binding = 2) uniform highp samplerBuffer taps_tex;
+#define TAP(i) texelFetch(taps_tex, i)
+#else
 layout(std430, binding = 2) readonly buffer T { vec4 taps[]; };
+#define TAP(i) taps[i]
+#endif
 
 void main() {
     int ox = int(gl_GlobalInvocationID.x);
@@ -33,8 +39,8 @@ void main() {
     if (ox >= p.ow || oy >= p.oh || z >= p.n * p.c4s) return;
     int n = z / p.c4s;
     int c4 = z - n * p.c4s;
-    vec4 ty = taps[oy];
-    vec4 tx = taps[p.oh + ox];
+    vec4 ty = TAP(oy);
+    vec4 tx = TAP(p.oh + ox);
     int base = n * p.ih * p.iw;
     int y0 = int(ty.x), x0 = int(tx.x);
     vec4 v = LDX((base + y0 * p.iw + x0) * p.c4s + c4);

@@ -151,7 +151,7 @@ class _BufferTexture:
 # Kernels that read a binding through a buffer texture (compute/weights.glsl, input_x.glsl):
 # define -> the binding, which is also its texture unit. Float weights are always fp32 vec4s;
 # int8 weights (QW) ignore TEXW.
-TEXTURE_BINDINGS = {"TEXW": 1, "TEXX": 0}
+TEXTURE_BINDINGS = {"TEXW": 1, "TEXX": 0, "TEXT": 2}  # TEXT: resize.comp's tap table
 
 
 class _Dispatch:
