@@ -90,12 +90,18 @@ tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS
                 {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"})
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
                 {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"})
-# reads (depthwise, ConvTranspose, Resize): input and weights (Resize: its tap table) as storage
-# buffers, or through buffer textures (GL ES; the Vulkan build drops the defines): selfie 1.13x
+# reads (depthwise, ConvTranspose, Resize, pooling, Concat): input and weights (Resize: its tap
+# table) as storage buffers, or through buffer textures (GL ES; the Vulkan build drops the defines): selfie 1.13x
 # (depthwise) and 1.07x (its ConvTranspose), a 16-channel 128^2 -> 256^2 Resize 1.8x on llvmpipe
 # (interleaved, under load)
 tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("TEXW", 1), ("TEXX", 1)))],
                 {"*": "ssbo", "llvmpipe": "tex"})
+
+
+def _input_texture(choice: tuning.Choice) -> dict[str, int]:
+    """The defines of a ``reads`` choice for a kernel whose only buffer texture can be its
+    input at binding 0 (its binding 1 is not weights)."""
+    return {"TEXX": 1} if dict(choice.variant.defines).get("TEXX") else {}
 
 
 def _sg_lanes(variant: tuning.Variant) -> int:
@@ -770,8 +776,10 @@ def _pool(node: Node, graph: Graph, precision: str) -> list[Record]:
               ("kh", kh), ("kw", kw), ("sh", sh), ("sw", sw), ("pt", pt), ("pl", pl), ("dh", dh), ("dw", dw),
               ("pb", pb), ("pr", pr), ("is_max", is_max), ("include_pad", int(rec.count_include_pad)),
               ("oc4s", c4), ("oc4o", 0))
-    return [Kernel("pool", "compute/pool.comp", _variant(precision), params,
-                   (Binding("in", x), Binding("out", y)), groups, local, node.name)]
+    choice = tuning.choose("reads", f"pool k{kh}x{kw} c{tuning.bucket(xs[1])} px{tuning.bucket(oh * ow)}", node.name)
+    return [Kernel("pool", "compute/pool.comp", _variant(precision, **_input_texture(choice)), params,
+                   (Binding("in", x), Binding("out", y)), groups, local, node.name,
+                   variant=choice.variant.name, variant_why=choice.why)]
 
 
 def _globalpool(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -829,7 +837,7 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
               ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
     taps = Binding("const", f"{node.name}/taps", _resize_taps(rec, xs), True)
     choice = tuning.choose("reads", f"resize c{tuning.bucket(xs[1])} px{tuning.bucket(ys[2] * ys[3])}", node.name)
-    tex = {"TEXX": 1, "TEXT": 1} if dict(choice.variant.defines).get("TEXX") else {}  # binding 1 is the output
+    tex = {**_input_texture(choice), "TEXT": 1} if _input_texture(choice) else {}
     return [Kernel("resize", "compute/resize.comp", _variant(precision, **tex), params,
                    (Binding("in", x), Binding("out", y), taps), groups, local, node.name,
                    variant=choice.variant.name, variant_why=choice.why)]
@@ -868,8 +876,12 @@ def _concat(node: Node, graph: Graph, precision: str) -> list[Record]:
         params = (("e0", e0), ("e1", e1), ("e2", e2), ("in_c4s", ic4), ("in_c", ic), ("nc4", nc4), ("c4_lo", lo),
                   ("od1", d1), ("od2", d2), ("out_c4s", oc4), ("out_c", oc), ("o0", offs[0]), ("o1", offs[1]),
                   ("o2", offs[2]), ("coff", coff))
-        out.append(Kernel("concat", "compute/concat.comp", _variant(precision), params, (b, Binding("out", y)),
-                          groups, local, node.name))
+        choice = tuning.choose("reads", f"concat c{tuning.bucket(ic)} px{tuning.bucket(e0 * e1 * e2)}", node.name)
+        index = {"CHANNELS": 1} if ax4 == pa else {}
+        out.append(Kernel("concat", "compute/concat.comp",
+                          _variant(precision, **_input_texture(choice), **index), params,
+                          (b, Binding("out", y)), groups, local, node.name,
+                          variant=choice.variant.name, variant_why=choice.why))
     return out
 
 
@@ -1111,6 +1123,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
                             for wide in (("A32",), ("B32",), ("A32", "B32"))]
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
+        out.append(("compute/concat.comp", _variant(prec, CHANNELS=1)))
         if prec == "fp16":  # the pooled mean kept fp32 (compute_mixed)
             out.append(("compute/globalpool.comp", _variant(prec, Y32=1)))
     return out + compute_ops.variants() + compute_exact.variants() + compute_quant.variants(PRECISIONS, fused)

@@ -1,5 +1,8 @@
 // MaxPool / AveragePool on PHWC4 tensors. Average divides by the whole window clipped to the
 // padded input (count_include_pad = 1) or by the in-bounds taps only (count_include_pad = 0).
+#if defined(TEXX) && !defined(VULKAN)
+#extension GL_EXT_texture_buffer : require
+#endif
 #include "compute/prelude.glsl"
 #include "common/elementwise.glsl"
 
@@ -12,7 +15,7 @@ PARAMS_BEGIN
     int oc4s; int oc4o;  // output view: vec4s per pixel, first block (a Concat writes in place)
 PARAMS_END
 
-layout(std430, binding = 0) readonly buffer X { SVEC4 x[]; };
+#include "compute/input_x.glsl"
 layout(std430, binding = 1) writeonly buffer Y { SVEC4 y[]; };
 
 void main() {
@@ -33,7 +36,7 @@ void main() {
             int ix = ox * p.sw - p.pl + kx * p.dw;
             if (ypad && ix >= -p.pl && ix < p.iw + p.pr) padded++;
             if (!yin || ix < 0 || ix >= p.iw) continue;
-            vec4 v = LD(x, ((n * p.ih + iy) * p.iw + ix) * p.c4s + c4);
+            vec4 v = LDX(((n * p.ih + iy) * p.iw + ix) * p.c4s + c4);
             acc = p.is_max != 0 ? ew_fmax(acc, v) : acc + v;  // NaN-propagating, as NumPy and ONNX
             taps++;
         }
