@@ -106,3 +106,24 @@ def test_untuned_blocking_narrows_to_the_output_blocks_a_layer_has() -> None:
                   {"x": (1, 8, 5, 7)})
         got = ck.generate(conv, g)
         assert not isinstance(got, str) and got.payload[0].variant == "bx4cb4"
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_flat_unary_ops_keep_ieee_specials(path: str) -> None:
+    from onnx import TensorProto, helper
+
+    import gpubackend
+    from gpubackend import fallback
+
+    x = np.random.default_rng(5).standard_normal((1, 8, 3, 5)).astype(np.float32) * 4
+    x.flat[:5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    for op in ("Relu", "Sigmoid", "Tanh", "Abs"):
+        graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        with gpubackend.Session(model.SerializeToString(), path=path, fallback=False) as sess:
+            (got,) = sess.run({"x": x})
+        want = fallback.run_node(op, [x], {}, 17)[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{op} on {path}")
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} on {path}")

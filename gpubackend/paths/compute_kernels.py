@@ -751,7 +751,8 @@ def _unary(node: Node, graph: Graph, precision: str) -> list[Record]:
     d0, d1, d2, c4, c = mem_dims(shape)
     total = d0 * d1 * d2 * c4
     groups, local = _grid_flat(total)
-    return [Kernel("unary", "compute/unary.comp", _variant(precision, ACT=code),
+    flat = {"FLAT": 1} if c % 4 == 0 else {}
+    return [Kernel("unary", "compute/unary.comp", _variant(precision, ACT=code, **flat),
                    (("total", total), ("c4s", c4), ("c", c), ("act0", a0), ("act1", a1)),
                    (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
 
@@ -1114,7 +1115,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
             out += [("compute/convtranspose_tap.comp", _variant(prec, **epi, PX=CONVT_PX, CB=cb))
                     for cb in (1, CONVT_CB)]
         for act in ACT_CODES.values():
-            out.append(("compute/unary.comp", _variant(prec, ACT=act)))
+            out += [("compute/unary.comp", _variant(prec, ACT=act, **flat)) for flat in ({}, {"FLAT": 1})]
         for bop in ew.BOP_CODES.values():
             for index in ({}, {"FLAT": 1}, {"CHAN": 1}, {"CHAN": 2}):
                 out.append(("compute/binary.comp", _variant(prec, BOP=bop, **index)))
