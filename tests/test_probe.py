@@ -248,6 +248,21 @@ def test_blocklist_matching() -> None:
     assert [x["id"] for _, x in blocklist.matches(adreno, shipped)] == ["adreno-3xx-4xx-fp16-rt"]
 
 
+def test_software_renderer_fingerprint_names_the_host_cpu(healthy: ProbeReport) -> None:
+    cpu = cache.host_cpu()
+    assert cpu and healthy.fingerprint["gl"]["cpu"] == cpu and healthy.fingerprint["vulkan"]["cpu"] == cpu
+    nvidia = {"vendor": "NVIDIA (0x10de)", "renderer": "NVIDIA H100", "device_type": "DISCRETE_GPU",
+              "driver_version": "550.54", "api_version": "1.3.277"}
+    raw = {"jobs": {"gl-detect": {"ok": True, "fingerprint": dict(MESA_FP["gl"])},
+                    "vulkan-detect": {"ok": True, "fingerprint": nvidia}}}
+    fp = runner.build_report(raw).fingerprint
+    assert fp["gl"]["cpu"] == cpu and "cpu" not in fp["vulkan"]  # a hardware GPU is the same on any host
+    assert verdicts.fingerprint_id(fp, "vulkan") == verdicts.fingerprint_id({"vulkan": nvidia}, "vulkan")
+    other_host = {"gl": {**fp["gl"], "cpu": "AMD EPYC 7B13"}}
+    assert verdicts.fingerprint_id(fp, "gl") != verdicts.fingerprint_id(other_host, "gl")
+    assert cache.cheap_key({})[1]["cpu"] == cpu  # cached verdicts are per CPU too
+
+
 def _report_all_ok() -> ProbeReport:
     paths = {p: PathVerdict(p, available=True, verified=True) for p in cp.PATH_KEYS}
     return ProbeReport(paths=paths, fingerprint=json.loads(json.dumps(MESA_FP)))
