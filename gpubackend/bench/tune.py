@@ -224,8 +224,8 @@ def tune_device(path: str, fingerprint: dict[str, Any], options: SessionOptions 
     return rows
 
 
-# (fingerprint id, path) pairs this process measured or failed to measure: never twice.
-_ATTEMPTED: set[tuple[str, str]] = set()
+# (tuning file, fingerprint id, path) this process measured or failed to measure: never twice.
+_ATTEMPTED: set[tuple[str, str, str]] = set()
 
 
 def first_use(path: str, fingerprint: dict[str, Any], options: SessionOptions) -> str:
@@ -237,7 +237,7 @@ def first_use(path: str, fingerprint: dict[str, Any], options: SessionOptions) -
     if options.tune == "off" or path not in tuning.TUNABLE_PATHS:
         return ""
     table = tuning.load(path, fingerprint)
-    key = (table.fingerprint_id, path)
+    key = (str(tuning.tuning_file()), table.fingerprint_id, path)
     if not table.fingerprint_id or not table.without_device_wide() or key in _ATTEMPTED:
         return ""
     t0 = time.perf_counter()
