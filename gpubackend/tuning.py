@@ -396,6 +396,19 @@ def store(table: Table, unit: str, shape_class: str, variant: str, seconds: Mapp
     return rec
 
 
+def device_wide_lines(fingerprint: Mapping[str, Any] | None) -> list[str]:
+    """What layers without a record of their own run on each tunable path of this driver:
+    one line per path (``gpubackend probe`` prints them)."""
+    lines = []
+    for path in TUNABLE_PATHS:
+        table = load(path, fingerprint)
+        if table.fingerprint_id:
+            picks = [f"{unit} {c.variant.name} ({c.why})" for unit in sorted(_registered())
+                     for c in [table.choose(unit, DEVICE_WIDE)]]
+            lines.append(f"kernel variants on {path}: " + ", ".join(picks))
+    return lines
+
+
 def explain_lines(chosen: list[tuple[str, str, str]]) -> list[str]:
     """One line per (kernel, variant, why) with its count: what ``explain()`` shows."""
     counts: dict[tuple[str, str, str], int] = {}
@@ -405,5 +418,6 @@ def explain_lines(chosen: list[tuple[str, str, str]]) -> list[str]:
 
 
 __all__ = ["DEVICE_WIDE", "TUNABLE_PATHS", "Choice", "Table", "TuningWarning", "Unit", "Variant", "active", "bucket",
-           "choose", "device_class", "explain_lines", "file_lock", "forced", "load", "record_key", "recording",
-           "register", "store", "trial", "trial_choices", "tuning_file", "units", "variants"]
+           "choose", "device_class", "device_wide_lines", "explain_lines", "file_lock", "forced", "load",
+           "record_key", "recording", "register", "store", "trial", "trial_choices", "tuning_file", "units",
+           "variants"]

@@ -102,7 +102,7 @@ def test_report_roundtrips_and_table(healthy: ProbeReport) -> None:
     assert again.paths == healthy.paths and again.preferred_path == healthy.preferred_path
     t = healthy.table()
     for word in ("path", "available", "verified", "preferred", "reason", "vulkan", "gles2", "cpu", "llvmpipe",
-                 "max_texture_size"):
+                 "max_texture_size", "kernel variants on vulkan: conv "):
         assert word in t
 
 
@@ -501,11 +501,13 @@ def test_cli_probe(tmp_path: Path) -> None:
     d = json.loads(r.stdout)
     assert d["cached"] is False and d["preferred_path"] == "cpu" and d["paths"]["gles2"]["verified"]
     assert d["fingerprint"]["gl"]["renderer"] and d["limits"]["gl"]["max_texture_size"] > 0
+    assert [line.split(":")[0] for line in d["kernel_variants"]] == ["kernel variants on vulkan",
+                                                                      "kernel variants on gles31"]
     r = subprocess.run([sys.executable, "-m", "gpubackend.cli", "probe"], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     for word in ("available", "verified", "preferred", "reason", "gles31", "vulkan", "llvmpipe", "preferred path: cpu",
-                 "max_texture_size"):
+                 "max_texture_size", "kernel variants on vulkan: conv "):
         assert word in r.stdout
 
 
