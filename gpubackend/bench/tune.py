@@ -260,7 +260,11 @@ def first_use(path: str, fingerprint: dict[str, Any], options: SessionOptions) -
         log.warning("first-use tuning of the %s kernels failed (%s: %s); the defaults run", path,
                     type(exc).__name__, exc)
         return ""
-    chosen = ", ".join(f"{r['unit']} {r['best']}" for r in rows)
     seconds = time.perf_counter() - t0
-    log.info("tuned the %s kernels in %.1f s: %s", path, seconds, chosen or "nothing measurable")
+    if not rows:
+        log.warning("first-use tuning of the %s kernels measured nothing (every trial failed); the defaults run",
+                    path)
+        return ""
+    chosen = ", ".join(f"{r['unit']} {r['best']}" for r in rows)
+    log.info("tuned the %s kernels in %.1f s: %s", path, seconds, chosen)
     return f"{path}: timed the kernel variants once for this device at first use ({seconds:.1f} s): {chosen}"

@@ -88,19 +88,20 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 # compiles the kernels into")
 #
 # First use times a few variants per device class (each is one more compile, 0.1-6 s on a software
-# driver: the 8x4 blockings are the slow ones to compile and were never the fastest): on llvmpipe
-# the buffer-texture family, 2-3x faster than any storage-buffer variant on both CPUs measured; on
-# lavapipe the default of the AMD EPYC (SG + strip) against the plain blockings that win on the
-# Intel Xeon; elsewhere the plain blockings and the narrow workgroup.
+# driver with a cold shader cache: the 8x4 blockings are the slow ones to compile and were never
+# the fastest): on llvmpipe the buffer-texture family, 2-3x faster than any storage-buffer variant
+# on both CPUs measured; on lavapipe the default of the AMD EPYC (SG + strip) against the two
+# plain blockings that win on the Intel Xeon (bx16cb1, px16cb1 and px4cb2 trailed them there on
+# every representative layer); elsewhere the plain blockings and the narrow workgroup.
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
                 {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"},
                 first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
-                           "lavapipe": ("bx8cb2", "bx4cb4", "bx16cb1"),
+                           "lavapipe": ("bx8cb2", "bx4cb4"),
                            "llvmpipe": ("bx8cb2tex",)})
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
                 {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"},
                 first_use={"*": ("px8cb2", "px4cb4", "px16cb1", "px8cb2w16"),
-                           "lavapipe": ("px8cb2", "px4cb2", "px16cb1", "px4cb4"),
+                           "lavapipe": ("px8cb2", "px4cb4"),
                            "llvmpipe": ("px8cb2tex",)})
 # reads (depthwise, ConvTranspose): input and weights as storage buffers, or through buffer
 # textures (GL ES; the Vulkan build drops the defines): selfie 1.13x (depthwise) and 1.07x
