@@ -36,7 +36,7 @@ import json
 import logging
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,14 @@ log = logging.getLogger(__name__)
 
 TUNING_FILE = "tuning.json"
 # The shape class of a device-wide record: measured on representative kernels at first use, it
-# serves every layer whose shape class has no record of its own.
+# serves every layer whose shape class has no record of its own. A unit that declares shape
+# *kinds* (gemm: "rows<=16") gets one more per kind, "* rows<=16", for the layers of that kind.
 DEVICE_WIDE = "*"
+
+
+def device_wide_class(kind: str = "") -> str:
+    """The shape class of the device-wide record of a shape kind ("" : every other layer)."""
+    return f"{DEVICE_WIDE} {kind}" if kind else DEVICE_WIDE
 FORMAT_VERSION = 1
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
 # The paths whose kernels read a tuning table (the compute paths, through compute_kernels).
@@ -79,6 +85,9 @@ class Unit:
     # device class ("*" for any) -> the variants the first-use measurement times (a few: each
     # costs a compile of a second or so on a software driver); the class default is always one
     first_use: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # shape class -> its kind ("" for most): layers whose best variant differs by kind on the
+    # devices measured (a gemm of one row wants other blocking than one of thousands)
+    kind_of: Callable[[str], str] = lambda shape_class: ""
 
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -111,16 +120,19 @@ def _registered() -> dict[str, Unit]:
 
 
 def register(unit: str, variants: list[Variant], defaults: Mapping[str, str],
-             first_use: Mapping[str, Sequence[str]] | None = None) -> None:
-    """Declare the variants of ``unit``, its default per device class (``"*"`` required) and
-    the variants the first-use measurement times per device class (besides the default)."""
+             first_use: Mapping[str, Sequence[str]] | None = None,
+             kind_of: Callable[[str], str] | None = None) -> None:
+    """Declare the variants of ``unit``, its default per device class (``"*"`` required), the
+    variants the first-use measurement times per device class (besides the default), and the
+    shape kind of a shape class that gets a device-wide record of its own (``kind_of``)."""
     names = [v.name for v in variants]
     timed = {n for group in (first_use or {}).values() for n in group}
     if len(set(names)) != len(names) or "*" not in defaults or not set(defaults.values()) <= set(names) \
             or not timed <= set(names):
         raise ValueError(f"tuning unit {unit!r}: bad variants {names}, defaults {dict(defaults)} "
                          f"or first-use variants {sorted(timed - set(names))}")
-    _UNITS[unit] = Unit(tuple(variants), dict(defaults), {k: tuple(v) for k, v in (first_use or {}).items()})
+    _UNITS[unit] = Unit(tuple(variants), dict(defaults), {k: tuple(v) for k, v in (first_use or {}).items()},
+                        kind_of or (lambda shape_class: ""))
 
 
 def units() -> dict[str, Unit]:
@@ -189,7 +201,8 @@ class Table:
             if v is None:
                 raise ValueError(f"tuning unit {unit!r} has no variant {forced_name!r}")
             return Choice(v, "forced")
-        for cls in (shape_class, DEVICE_WIDE):
+        kind = "" if shape_class.startswith(DEVICE_WIDE) else u.kind_of(shape_class)
+        for cls in dict.fromkeys((shape_class, device_wide_class(kind), DEVICE_WIDE)):
             key = record_key(self.path, unit, cls)
             rec = self.records.get(key)
             if rec is None:
@@ -197,7 +210,7 @@ class Table:
             v = u.variant(str(rec.get("variant")))
             if v is not None:
                 when = str(rec.get("when", ""))[:10]
-                return Choice(v, f"measured at first use {when}" if cls == DEVICE_WIDE else f"tuned {when}")
+                return Choice(v, f"measured at first use {when}" if cls.startswith(DEVICE_WIDE) else f"tuned {when}")
             warnings.warn(f"tuning record {key} names variant {rec.get('variant')!r}, which no longer exists; "
                           "using the default", TuningWarning, stacklevel=2)
             del self.records[key]
@@ -402,10 +415,17 @@ def device_wide_lines(fingerprint: Mapping[str, Any] | None) -> list[str]:
     lines = []
     for path in TUNABLE_PATHS:
         table = load(path, fingerprint)
-        if table.fingerprint_id:
-            picks = [f"{unit} {c.variant.name} ({c.why})" for unit in sorted(_registered())
-                     for c in [table.choose(unit, DEVICE_WIDE)]]
-            lines.append(f"kernel variants on {path}: " + ", ".join(picks))
+        if not table.fingerprint_id:
+            continue
+        picks = []
+        for unit in sorted(_registered()):
+            general = table.choose(unit, DEVICE_WIDE)
+            picks.append(f"{unit} {general.variant.name} ({general.why})")
+            prefix = record_key(path, unit, device_wide_class("?"))[:-1]
+            for kind in sorted(k[len(prefix):] for k in table.records if k.startswith(prefix)):
+                chosen = table.choose(unit, device_wide_class(kind))
+                picks.append(f"{unit} [{kind}] {chosen.variant.name} ({chosen.why})")
+        lines.append(f"kernel variants on {path}: " + ", ".join(picks))
     return lines
 
 
@@ -418,6 +438,6 @@ def explain_lines(chosen: list[tuple[str, str, str]]) -> list[str]:
 
 
 __all__ = ["DEVICE_WIDE", "TUNABLE_PATHS", "Choice", "Table", "TuningWarning", "Unit", "Variant", "active", "bucket",
-           "choose", "device_class", "device_wide_lines", "explain_lines", "file_lock", "forced", "load",
-           "record_key", "recording", "register", "store", "trial", "trial_choices", "tuning_file", "units",
-           "variants"]
+           "choose", "device_class", "device_wide_class", "device_wide_lines", "explain_lines", "file_lock",
+           "forced", "load", "record_key", "recording", "register", "store", "trial", "trial_choices",
+           "tuning_file", "units", "variants"]

@@ -225,6 +225,16 @@ def test_device_wide_record_serves_classes_without_their_own(cache) -> None:
     got = again.choose("conv", "any other class")
     assert got.variant.name == "bx8cb2" and got.why.startswith("measured at first use 20")
     assert again.without_device_wide() == ["gemm"]
+    tuning.store(table, "gemm", tuning.DEVICE_WIDE, "px8cb2", {})
+    tuning.store(table, "gemm", tuning.device_wide_class("rows<=16"), "px4cb4", {})
+    again = tuning.load("vulkan", FP)
+    assert again.choose("gemm", "ci1024 co256 rows1").variant.name == "px4cb4"  # a few-row kind of its own
+    assert again.choose("gemm", "ci64 co64 rows1024").variant.name == "px8cb2"
+    assert not again.without_device_wide()
+    assert tuning.device_wide_lines(FP)[0] == ("kernel variants on vulkan: conv bx8cb2 (measured at first use "
+                                               f"{got.why[-10:]}), gemm px8cb2 (measured at first use "
+                                               f"{got.why[-10:]}), gemm [rows<=16] px4cb4 (measured at first use "
+                                               f"{got.why[-10:]})")
     assert tuning.load("vulkan", FP, forced={"conv": "bx16cb1"}).choose("conv", "k3x3 c").why == "forced"
 
 
@@ -255,7 +265,7 @@ def fresh_tuning(tmp_path, monkeypatch):
 def _device_wide(path: str) -> dict[str, dict]:
     data = json.loads(tuning.tuning_file().read_text())
     return {k: r for drv in data["drivers"].values() for k, r in drv["records"].items()
-            if k.startswith(path + "|") and k.endswith("|" + tuning.DEVICE_WIDE)}
+            if k.startswith(path + "|") and k.split("|")[2].startswith(tuning.DEVICE_WIDE)}
 
 
 X8 = np.random.default_rng(0).standard_normal((1, 8, 10, 10)).astype(np.float32)
@@ -267,7 +277,7 @@ def test_first_use_measures_once_and_later_sessions_reuse_the_record(fresh_tunin
         want = sess.run({"x": X8})[0]
         first = sess.explain()
     records = _device_wide("vulkan")
-    assert set(records) == {"vulkan|conv|*", "vulkan|gemm|*"}
+    assert set(records) == {"vulkan|conv|*", "vulkan|gemm|*", "vulkan|gemm|* rows<=16"}
     table = tuning.load("vulkan", gpubackend.probe().fingerprint)
     for key, rec in records.items():
         timed = {v.name for v in tuning.units()[key.split("|")[1]].first_use_for(table.device_class)}
@@ -343,4 +353,4 @@ def test_concurrent_first_use_measures_once(fresh_tuning, tmp_path) -> None:
     outs = [c.communicate(timeout=120) for c in children]
     assert [c.returncode for c in children] == [0, 0], [err[-2000:] for _, err in outs]
     assert sorted(out.strip().splitlines()[-1] for out, _ in outs) == ["MEASURED", "REUSED"]
-    assert set(_device_wide("vulkan")) == {"vulkan|conv|*", "vulkan|gemm|*"}  # valid JSON, verified records
+    assert set(_device_wide("vulkan")) == {"vulkan|conv|*", "vulkan|gemm|*", "vulkan|gemm|* rows<=16"}  # verified

@@ -10,8 +10,9 @@ per-node median seconds from the profiled runs.
 - :func:`first_use` (a session creating a vulkan or gles31 path on a driver with no device-wide
   record, ``SessionOptions.tune="auto"``): the unit's first-use variants for the device class
   (:meth:`gpubackend.tuning.Unit.first_use_for`) timed on :func:`representative_model`, conv and
-  gemm in the same sessions; per unit the variant with the least geometric mean time over its
-  layers is stored as the device-wide record (shape class ``"*"``). A file lock makes one process
+  gemm in the same sessions; per unit (and shape kind: gemm's few-row layers) the variant with the
+  least geometric mean time over its layers is stored as the device-wide record (shape class
+  ``"*"``, ``"* rows<=16"``). A file lock makes one process
   measure while the others wait and then read its record.
 """
 
@@ -142,7 +143,8 @@ def representative_model() -> bytes:
     """The layers the first-use tuning times, independent of each other (one input each): the
     conv unit on a 3x3 stride-1 32->32 layer at 32x32, a 3x3 stride-2 32->64 layer at 56x56 and a
     3x3 stride-2 RGB stem (3->16 at 128x128); the gemm unit on 1x1 convolutions 64->64 at 32x32
-    and 16->96 at 56x56 and a 256x256x256 MatMul. Each runs 1-5 ms on lavapipe/llvmpipe."""
+    and 16->96 at 56x56 and a 256x256x256 MatMul, and on one-row fully connected layers
+    1024->256 and 576->1024 (its few-row kind). Each runs 0.3-5 ms on lavapipe/llvmpipe."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -167,8 +169,9 @@ def representative_model() -> bytes:
     conv("conv3x3_s2_stem_3to16_128x128", 3, 16, 128, 3, 2)
     conv("conv1x1_64_32x32", 64, 64, 32, 1, 1)
     conv("conv1x1_16to96_56x56", 16, 96, 56, 1, 1)
-    add("matmul_256x256x256", "MatMul", [256, 256], [256, 256],
-        [(rng.standard_normal((256, 256)) / 16).astype(np.float32)])
+    for m, k, n in ((256, 256, 256), (1, 1024, 256), (1, 576, 1024)):
+        w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+        add(f"matmul_{m}x{k}x{n}", "MatMul", [m, k], [m, n], [w])
     graph = helper.make_graph(nodes, "gpubackend-first-use-tuning", inputs, outputs, inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="gpubackend-tune")
     proto.ir_version = 8
@@ -179,10 +182,18 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
 
 
+def _timed_nodes_by_kind(result: TrialResult, unit: str, spec: tuning.Unit) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for cls, nodes in result.classes[unit].items():
+        out.setdefault(spec.kind_of(cls), set()).update(nodes & set(result.seconds))
+    return out
+
+
 def tune_device(path: str, fingerprint: dict[str, Any], options: SessionOptions | None = None,
                 rounds: int = FIRST_USE_ROUNDS, write: bool = True) -> list[dict[str, Any]]:
     """Time the first-use variants of every unit without a device-wide record on ``path`` (on
-    the representative layers) and store the fastest of each; one row per unit measured."""
+    the representative layers) and store the fastest of each unit and shape kind; one row per
+    (unit, kind) measured."""
     import gpubackend
 
     from .runner import make_inputs
@@ -205,22 +216,25 @@ def tune_device(path: str, fingerprint: dict[str, Any], options: SessionOptions 
     seconds = time.perf_counter() - t0
     rows = []
     for unit in candidates:
+        spec = tuning.units()[unit]
         ran = [r for r in results if unit in r.classes]
-        if not ran:
-            continue
-        nodes = set.intersection(*({n for ns in r.classes[unit].values() for n in ns} & set(r.seconds) for r in ran))
-        if not nodes:
-            continue
-        geomeans = {r.choices[unit]: _geomean([r.seconds[n] for n in sorted(nodes)]) for r in ran}
-        best = min(geomeans, key=lambda v: geomeans[v])
-        default = tuning.units()[unit].default_for(table.device_class).name
-        row = {"path": path, "unit": unit, "best": best, "default": default, "seconds": geomeans,
-               "nodes": sorted(nodes), "speedup": geomeans[default] / geomeans[best] if default in geomeans else 1.0}
-        if write and table.fingerprint_id:
-            tuning.store(table, unit, tuning.DEVICE_WIDE, best, geomeans,
-                         note=f"first use: geometric mean over {len(nodes)} layers, {rounds} rounds, "
-                              f"{len(trials)} sessions, {seconds:.1f} s")
-        rows.append(row)
+        timed_by_kind = [_timed_nodes_by_kind(r, unit, spec) for r in ran]
+        kinds = {kind: set.intersection(*(t.get(kind, set()) for t in timed_by_kind))
+                 for kind in (timed_by_kind[0] if ran else {})}  # the nodes every trial timed
+        for kind, nodes in sorted(kinds.items()):
+            if not nodes:
+                continue
+            geomeans = {r.choices[unit]: _geomean([r.seconds[n] for n in sorted(nodes)]) for r in ran}
+            best = min(geomeans, key=lambda v: geomeans[v])
+            default = spec.default_for(table.device_class).name
+            row = {"path": path, "unit": unit, "kind": kind, "best": best, "default": default, "seconds": geomeans,
+                   "nodes": sorted(nodes),
+                   "speedup": geomeans[default] / geomeans[best] if default in geomeans else 1.0}
+            if write and table.fingerprint_id:
+                tuning.store(table, unit, tuning.device_wide_class(kind), best, geomeans,
+                             note=f"first use: geometric mean over {len(nodes)} layers, {rounds} rounds, "
+                                  f"{len(trials)} sessions, {seconds:.1f} s")
+            rows.append(row)
     return rows
 
 
@@ -246,10 +260,8 @@ def first_use(path: str, fingerprint: dict[str, Any], options: SessionOptions) -
             if not tuning.load(path, fingerprint).without_device_wide():
                 return ""  # another process measured while this one waited
             _ATTEMPTED.add(key)
-            log.info("tuning the %s kernels once for this device (%s, %s; a few seconds, cached in %s; "
-                     "GPUBACKEND_TUNE=off skips it)", path, table.device_class,
-                     (fingerprint.get("vulkan" if path == "vulkan" else "gl") or {}).get("cpu", "")
-                     or "hardware GPU", tuning.tuning_file())
+            log.info("tuning the %s kernels once for this driver (%s): a few seconds, cached in %s; "
+                     "GPUBACKEND_TUNE=off skips it", path, table.device_class, tuning.tuning_file())
             rows = tune_device(path, fingerprint, options)
     except Timeout:
         log.warning("another process has been tuning the %s kernels for %.0f s; this session runs the defaults",
@@ -265,6 +277,6 @@ def first_use(path: str, fingerprint: dict[str, Any], options: SessionOptions) -
         log.warning("first-use tuning of the %s kernels measured nothing (every trial failed); the defaults run",
                     path)
         return ""
-    chosen = ", ".join(f"{r['unit']} {r['best']}" for r in rows)
+    chosen = ", ".join(f"{r['unit']}{f' [{k}]' if (k := r['kind']) else ''} {r['best']}" for r in rows)
     log.info("tuned the %s kernels in %.1f s: %s", path, seconds, chosen)
     return f"{path}: timed the kernel variants once for this device at first use ({seconds:.1f} s): {chosen}"

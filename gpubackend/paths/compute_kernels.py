@@ -98,14 +98,33 @@ tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS
                 first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
                            "lavapipe": ("bx8cb2", "bx4cb4"),
                            "llvmpipe": ("bx8cb2tex",)})
+
+
+def _gemm_class(ci: int, co: int, rows: int) -> str:
+    return f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} rows{tuning.bucket(rows)}"
+
+
+FEW_ROWS = 16
+
+
+def _gemm_kind(shape_class: str) -> str:
+    """"rows<=16" for a gemm of few rows (fully connected layers, squeeze-excite 1x1 convs on a
+    pooled pixel), where blocking rows wastes lanes: on llvmpipe px4cb4tex ran mtcnn_onet's
+    1x1152x256 layer in 1.0 ms and px8cb2tex, the best on many rows, in 1.7 ms."""
+    rows = re.search(r"\brows(\d+)$", shape_class)
+    return f"rows<={FEW_ROWS}" if rows and int(rows.group(1)) <= FEW_ROWS else ""
+
+
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
                 {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"},
                 first_use={"*": ("px8cb2", "px4cb4", "px16cb1", "px8cb2w16"),
                            "lavapipe": ("px8cb2", "px4cb4"),
-                           "llvmpipe": ("px8cb2tex",)})
+                           "llvmpipe": ("px8cb2tex",)},
+                kind_of=_gemm_kind)
 # reads (depthwise, ConvTranspose): input and weights as storage buffers, or through buffer
 # textures (GL ES; the Vulkan build drops the defines): selfie 1.13x (depthwise) and 1.07x
-# (its ConvTranspose) on llvmpipe, interleaved
+# (its ConvTranspose) on llvmpipe, interleaved. No first-use variants: on Vulkan both are one
+# kernel, and on llvmpipe the default is the measured one (`gpubackend tune` can still pick).
 tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("TEXW", 1), ("TEXX", 1)))],
                 {"*": "ssbo", "llvmpipe": "tex"})
 
@@ -475,8 +494,7 @@ def _gemm_record(node: Node, graph: Graph, precision: str, x: str, y: str, rows:
                  act_rec: ops.Activation | None) -> Kernel:
     """y = x @ wd.T + b with ``to_wd(input 1) -> wd`` (co, ci) and ``to_bias(input bias_idx)``."""
     co4, ci4 = (co + 3) // 4, (ci + 3) // 4
-    choice = tuning.choose("gemm", f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} rows{tuning.bucket(rows)}",
-                           node.name)
+    choice = tuning.choose("gemm", _gemm_class(ci, co, rows), node.name)
     px, cb = choice.variant.define("PX"), choice.variant.define("CB")
     cob = -(-co4 // cb)
     act, a0, a1 = _act(act_rec)
