@@ -50,15 +50,15 @@ TUNING_FILE = "tuning.json"
 # serves every layer whose shape class has no record of its own. A unit that declares shape
 # *kinds* (gemm: "rows<=16") gets one more per kind, "* rows<=16", for the layers of that kind.
 DEVICE_WIDE = "*"
+FORMAT_VERSION = 1
+SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
+# The paths whose kernels read a tuning table (the compute paths, through compute_kernels).
+TUNABLE_PATHS = ("vulkan", "gles31")
 
 
 def device_wide_class(kind: str = "") -> str:
     """The shape class of the device-wide record of a shape kind ("" : every other layer)."""
     return f"{DEVICE_WIDE} {kind}" if kind else DEVICE_WIDE
-FORMAT_VERSION = 1
-SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
-# The paths whose kernels read a tuning table (the compute paths, through compute_kernels).
-TUNABLE_PATHS = ("vulkan", "gles31")
 
 
 class TuningWarning(UserWarning):
@@ -217,15 +217,16 @@ class Table:
         known = self.device_class != "unknown"
         return Choice(u.default_for(self.device_class), f"default for {self.device_class}" if known else "default")
 
-    def without_device_wide(self) -> list[str]:
-        """The registered units this table has no usable device-wide record of (what the
-        first-use measurement would time)."""
-        missing = []
+    def first_use_pending(self) -> list[str]:
+        """The units the first-use measurement would time: those with variants to compare on
+        this device class and no usable device-wide record yet."""
+        pending = []
         for unit, spec in _registered().items():
             rec = self.records.get(record_key(self.path, unit, DEVICE_WIDE))
-            if rec is None or spec.variant(str(rec.get("variant"))) is None:
-                missing.append(unit)
-        return missing
+            if len(spec.first_use_for(self.device_class)) > 1 and (
+                    rec is None or spec.variant(str(rec.get("variant"))) is None):
+                pending.append(unit)
+        return pending
 
 
 # ---- which table a generator sees --------------------------------------------------------------
@@ -316,6 +317,9 @@ def tuning_file() -> Path:
     return cache_dir() / TUNING_FILE
 
 
+_FILE_LOCKS: dict[str, FileLock] = {}
+
+
 def file_lock(timeout: float = -1) -> FileLock:
     """The inter-process lock of the tuning file (held while a record is written, and by a
     first-use measurement from its check to its record). Re-entrant within a thread."""
@@ -327,9 +331,6 @@ def file_lock(timeout: float = -1) -> FileLock:
             lock = _FILE_LOCKS[str(path)] = FileLock(f"{path}.lock")
     lock.timeout = timeout
     return lock
-
-
-_FILE_LOCKS: dict[str, FileLock] = {}
 
 
 def _read_file() -> dict[str, Any]:

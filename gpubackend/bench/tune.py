@@ -200,7 +200,7 @@ def tune_device(path: str, fingerprint: dict[str, Any], options: SessionOptions 
 
     t0 = time.perf_counter()
     table = tuning.load(path, fingerprint)
-    candidates = {u: tuning.units()[u].first_use_for(table.device_class) for u in table.without_device_wide()}
+    candidates = {u: tuning.units()[u].first_use_for(table.device_class) for u in table.first_use_pending()}
     if not candidates:
         return []
     data = representative_model()
@@ -252,12 +252,12 @@ def first_use(path: str, fingerprint: dict[str, Any], options: SessionOptions) -
         return ""
     table = tuning.load(path, fingerprint)
     key = (str(tuning.tuning_file()), table.fingerprint_id, path)
-    if not table.fingerprint_id or not table.without_device_wide() or key in _ATTEMPTED:
+    if not table.fingerprint_id or not table.first_use_pending() or key in _ATTEMPTED:
         return ""
     t0 = time.perf_counter()
     try:
         with tuning.file_lock(timeout=FIRST_USE_LOCK_WAIT_S):
-            if not tuning.load(path, fingerprint).without_device_wide():
+            if not tuning.load(path, fingerprint).first_use_pending():
                 return ""  # another process measured while this one waited
             _ATTEMPTED.add(key)
             log.info("tuning the %s kernels once for this driver (%s): a few seconds, cached in %s; "
