@@ -295,6 +295,15 @@ def test_first_use_measures_once_and_later_sessions_reuse_the_record(fresh_tunin
     assert fresh_tuning.read_bytes() == before  # read, not measured again
 
 
+def test_first_use_keeps_the_session_options_of_the_model_to_the_model(fresh_tuning) -> None:
+    from gpubackend.bench.tune import tune_device
+
+    options = gpubackend.SessionOptions(free_dimension_overrides={"batch": 2}, kernel_check=True)
+    rows = tune_device("gles31", gpubackend.probe().fingerprint, options, rounds=1, write=False)
+    assert {(r["unit"], r["kind"]) for r in rows} == {("conv", ""), ("gemm", ""), ("gemm", "rows<=16")}
+    assert not fresh_tuning.exists()
+
+
 def test_tune_off_measures_nothing_and_runs_the_class_default(fresh_tuning, monkeypatch) -> None:
     options = gpubackend.SessionOptions(tune="off")
     with gpubackend.Session(_conv_model(), path="vulkan", fallback=False, options=options) as sess:

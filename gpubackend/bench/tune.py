@@ -209,8 +209,11 @@ def tune_device(path: str, fingerprint: dict[str, Any], options: SessionOptions 
         reference = cpu.run(feeds)
     trials = [{u: vs[i].name for u, vs in candidates.items() if i < len(vs)}
               for i in range(max(len(vs) for vs in candidates.values()))]
-    opts = replace(options or SessionOptions(), precision="fp32", fallback=False, kernel_check=False,
-                   isolation=False)
+    # the caller's thread placement and disabled paths; nothing model-specific (its free
+    # dimension overrides would name no input of the representative model)
+    given = options or SessionOptions()
+    opts = SessionOptions(thread=given.thread, disabled_paths=given.disabled_paths, fallback=False,
+                          kernel_check=False)
     results = [r for r in time_variants(data, path, trials, feeds, rounds, opts, reference=reference)
                if not r.error]
     seconds = time.perf_counter() - t0
