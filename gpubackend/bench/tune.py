@@ -32,7 +32,7 @@ from ..options import SessionOptions
 
 log = logging.getLogger("gpubackend")
 
-FIRST_USE_ROUNDS = 5
+FIRST_USE_ROUNDS = 7
 # How long a session waits for another process's first-use measurement before running the defaults.
 FIRST_USE_LOCK_WAIT_S = 120.0
 # A variant whose outputs differ from the CPU's by more than this (relative to max(1, max|ref|))
