@@ -10,6 +10,8 @@ that crashes at load must cost a verdict, not the caller). So it hashes, without
   ``GALLIUM_DRIVER``, ``VK_ICD_FILENAMES``, ``VK_DRIVER_FILES``, ``__EGL_VENDOR_LIBRARY_*``,
   ``EGL_PLATFORM``, ``GPUBACKEND_GL_CONTEXT``);
 * the package version, the Python version, the ``kp`` and ``moderngl`` files;
+* the host CPU's model name (:func:`host_cpu`): a software renderer's code generation, speed and
+  even results follow the CPU, so a cache directory shared by two machines keeps a verdict each;
 * the sources that the verification runs (``capability_probe``, ``gpubackend/paths``,
   ``gpubackend/ieee_check.py``, ``shaders``, ``fallback``), so a changed kernel or canary is
   verified again;
@@ -30,6 +32,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -68,6 +71,21 @@ def package_version() -> str:
         return version("gpubackend")
     except Exception:  # noqa: BLE001 - not installed: source checkout
         return "0+unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """The host CPU's model name: ``model name`` of /proc/cpuinfo (Linux), else
+    ``platform.processor()``, else the machine type ("" when none is known)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _lib_dirs() -> list[str]:
@@ -162,6 +180,7 @@ def cheap_key(canaries: dict[str, list[str]], extra: dict[str, Any] | None = Non
         "schema": 1,
         "package": package_version(),
         "python": sys.version.split()[0],
+        "cpu": host_cpu(),
         "env": env,
         "drivers": [_stat(f) for f in driver_files()],
         "modules": [_module_file(m) for m in ("kp", "moderngl", "glcontext", "numpy")],

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from . import blocklist, cache, verdicts
+from . import blocklist, cache, detect, verdicts
 from .report import GPU_PATH_KEYS, PATH_KEYS, PathVerdict, ProbeReport
 
 TIMEOUT_ENV = "GPUBACKEND_PROBE_TIMEOUT"
@@ -300,6 +300,8 @@ def build_report(raw: dict[str, Any]) -> ProbeReport:
                     break
         if det.get("reason") and not det.get("ok"):
             fp.setdefault("error", det["reason"])
+        if fp and (detect.is_software(str(fp.get("renderer", ""))) or fp.get("device_type") == "CPU"):
+            fp["cpu"] = cache.host_cpu()  # a software renderer is as fast (and as right) as the CPU it runs on
         if fp:
             fingerprint[api] = fp
         if det.get("limits"):

@@ -27,11 +27,15 @@ def api_of(path: str) -> str:
 
 
 def fingerprint_id(fp: dict[str, Any], api: str) -> str:
-    """A stable id for one API's driver fingerprint ("" when unknown)."""
+    """A stable id for one API's driver fingerprint ("" when unknown). A software renderer's
+    fingerprint carries the host CPU (``cpu``), which then keys the id too; a hardware GPU's id
+    is what it was before the CPU was recorded."""
     sub = fp.get(api) or {}
     if not sub:
         return ""
     ident = "|".join(str(sub.get(k, "")) for k in _ID_FIELDS[api])
+    if sub.get("cpu"):
+        ident += f"|cpu={sub['cpu']}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 

@@ -28,6 +28,7 @@ from .paths.cpu import CPU_ENGINES
 
 PRECISIONS = ("fp32", "fp16", "fp16-compute")
 THREAD_MODES = ("auto", "worker", "caller")
+TUNE_MODES = ("auto", "off")
 
 # Environment variables that override a field, and how their text becomes the field's value.
 ENV_PATH = "GPUBACKEND_PATH"
@@ -41,6 +42,7 @@ ENV_THREAD = "GPUBACKEND_SESSION_THREAD"
 ENV_KERNEL_CHECK = "GPUBACKEND_KERNEL_CHECK"
 ENV_ISOLATION = "GPUBACKEND_ISOLATION"
 ENV_ISOLATION_TIMEOUT = "GPUBACKEND_ISOLATION_TIMEOUT"
+ENV_TUNE = "GPUBACKEND_TUNE"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -110,6 +112,12 @@ class SessionOptions:
       off), not the caller's process (:mod:`gpubackend.isolation`; ``GPUBACKEND_ISOLATION=1``).
     - ``isolation_timeout_s``: with ``isolation``, seconds a GPU call (compile or run) may take
       before the child counts as hung and is killed (``GPUBACKEND_ISOLATION_TIMEOUT``).
+    - ``tune``: "auto": the first session that creates a compute path (vulkan, gles31) on a
+      driver with no device-wide tuning record times a few variants of each tunable kernel on
+      representative layers (a few seconds, once per driver and CPU) and caches the fastest
+      (:mod:`gpubackend.tuning`); "off": never measure (records already cached, from an earlier
+      first use or ``gpubackend tune``, still count; without one the device class's default
+      runs). ``GPUBACKEND_TUNE=off`` turns it off for every session.
 
     onnxruntime-compatible fields (so ``onnxruntime.SessionOptions`` code runs unchanged):
     ``intra_op_num_threads`` (honoured: onnxruntime's threads for the onnxruntime CPU engine, and
@@ -142,6 +150,7 @@ class SessionOptions:
     kernel_check: bool = True
     isolation: bool = False
     isolation_timeout_s: float = 60.0
+    tune: str = "auto"
     # onnxruntime-compatible fields (see the class docstring)
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
@@ -198,6 +207,8 @@ class SessionOptions:
             raise OptionError(f"cpu_engine must be one of {CPU_ENGINES}, not {self.cpu_engine!r}")
         if self.thread not in THREAD_MODES:
             raise OptionError(f"thread must be one of {THREAD_MODES}, not {self.thread!r}")
+        if self.tune not in TUNE_MODES:
+            raise OptionError(f"tune must be one of {TUNE_MODES}, not {self.tune!r}")
         bad = [p for p in self.disabled_paths if p not in PATH_KEYS or p == "cpu"]
         if bad:
             raise OptionError(f"disabled_paths {sorted(bad)} are not GPU path keys")
@@ -243,6 +254,8 @@ class SessionOptions:
             out.thread = env[ENV_THREAD].strip()
         if env.get(ENV_KERNEL_CHECK, "").strip():
             out.kernel_check = _flag(env[ENV_KERNEL_CHECK])
+        if env.get(ENV_TUNE, "").strip():
+            out.tune = env[ENV_TUNE].strip().lower()
         if env.get(ENV_ISOLATION, "").strip():
             out.isolation = _flag(env[ENV_ISOLATION])
         if env.get(ENV_ISOLATION_TIMEOUT, "").strip():

@@ -179,6 +179,8 @@ class Session:
         self._preference: list[str] = []  # GPU paths after self.path that nodes may also use
         self.path = self._choose_path()
         self.thread_mode = self._thread_mode()
+        self._tuning_trial = tuning.trial_choices()  # variants a tuning measurement forces on this session
+        self._tune_first_use()
         self._paths: dict[str, Path] = {}
         self._reference: Path | None = None
         self._broken: set[str] = set()
@@ -334,6 +336,21 @@ class Session:
             self._notes.append(f"auto: the capability probe failed ({exc}); using cpu")
         return chosen
 
+    def _tune_first_use(self) -> None:
+        """Time the kernel variants of the compute paths this session may use, once per driver,
+        when no device-wide tuning record exists yet (``options.tune``; gpubackend.bench.tune).
+        Isolated sessions generate in their child, which runs the defaults."""
+        if self.options.tune == "off" or self.options.isolation or self._report is None:
+            return
+        from .bench.tune import first_use
+
+        thread = self.thread_mode if self.thread_mode in ("worker", "caller") else "auto"
+        for key in self.path_order:
+            if key in tuning.TUNABLE_PATHS and self._report.usable(key):
+                note = first_use(key, self._report.fingerprint, replace(self.options, thread=thread))
+                if note:
+                    self._notes.append(note)
+
     def _path(self, key: str) -> Path:
         if key not in self._paths:
             disabled: frozenset[str] = frozenset()
@@ -355,7 +372,7 @@ class Session:
                 path = create_path(key, precision, disabled, self.options)
                 kernels = getattr(path, "kernels", None)
                 if isinstance(kernels, KernelCache) and self._report is not None:
-                    kernels.tuning = tuning.load(key, self._report.fingerprint)  # this driver's variants
+                    kernels.tuning = tuning.load(key, self._report.fingerprint, self._tuning_trial)
             if key != "cpu" and self.options.kernel_check:
                 path = kernel_check.CheckedPath(path, path_module(key).kernel_name, self._reference_path,
                                                 kernel_check.VerdictStore.for_this_driver())

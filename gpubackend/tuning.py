@@ -4,11 +4,16 @@ A kernel generator that has variants asks :func:`choose` with its tuning unit (`
 ``"gemm"``, ...) and the node's *shape class* (a coarse bucket of its geometry, so one measurement
 serves similar layers). The answer comes, in this order, from
 
-1. :func:`forced` (``gpubackend tune`` while it measures, and the tests that run every variant);
-2. the tuning record of this driver (``tuning.json`` beside the probe verdicts in the cache
-   dir), keyed by (driver fingerprint id, path, unit, shape class), written by
-   ``gpubackend tune MODEL``;
-3. the unit's default for the device class (``llvmpipe``/``lavapipe``/... or ``gpu``).
+1. :func:`forced` (the tests that run every variant), or :func:`trial` for the sessions created
+   in its block (``gpubackend tune`` and the first-use measurement while they measure);
+2. the tuning record of this driver for the node's shape class (``tuning.json`` beside the probe
+   verdicts in the cache dir), keyed by (driver fingerprint id, path, unit, shape class), written
+   by ``gpubackend tune MODEL``;
+3. the driver's device-wide record of the unit (shape class :data:`DEVICE_WIDE`), measured once
+   on a few representative kernels when a session first creates the path on this driver
+   (:mod:`gpubackend.bench.tune`, ``first_use``; ``SessionOptions.tune`` / ``GPUBACKEND_TUNE=off``
+   turn the measuring off);
+4. the unit's default for the device class (``llvmpipe``/``lavapipe``/... or ``gpu``).
 
 Each record carries its own SHA-256; a record that does not verify, or names a variant that no
 longer exists, is ignored with a warning (the default runs instead); the file is written
@@ -31,16 +36,29 @@ import json
 import logging
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 log = logging.getLogger(__name__)
 
 TUNING_FILE = "tuning.json"
+# The shape class of a device-wide record: measured on representative kernels at first use, it
+# serves every layer whose shape class has no record of its own. A unit that declares shape
+# *kinds* (gemm: "rows<=16") gets one more per kind, "* rows<=16", for the layers of that kind.
+DEVICE_WIDE = "*"
 FORMAT_VERSION = 1
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
+# The paths whose kernels read a tuning table (the compute paths, through compute_kernels).
+TUNABLE_PATHS = ("vulkan", "gles31")
+
+
+def device_wide_class(kind: str = "") -> str:
+    """The shape class of the device-wide record of a shape kind ("" : every other layer)."""
+    return f"{DEVICE_WIDE} {kind}" if kind else DEVICE_WIDE
 
 
 class TuningWarning(UserWarning):
@@ -64,6 +82,12 @@ class Variant:
 class Unit:
     variants: tuple[Variant, ...]
     defaults: Mapping[str, str]  # device class ("gpu", "llvmpipe", ...; "*" for any) -> variant name
+    # device class ("*" for any) -> the variants the first-use measurement times (a few: each
+    # costs a compile of a second or so on a software driver); the class default is always one
+    first_use: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # shape class -> its kind ("" for most): layers whose best variant differs by kind on the
+    # devices measured (a gemm of one row wants other blocking than one of thousands)
+    kind_of: Callable[[str], str] = lambda shape_class: ""
 
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -73,6 +97,12 @@ class Unit:
         got = self.variant(name)
         assert got is not None, name
         return got
+
+    def first_use_for(self, device_class: str) -> tuple[Variant, ...]:
+        """The variants to time at first use on this device class, its default first."""
+        default = self.default_for(device_class)
+        names = self.first_use.get(device_class) or self.first_use.get("*") or ()
+        return (default, *(v for n in names if (v := self.variant(n)) is not None and v != default))
 
 
 _UNITS: dict[str, Unit] = {}
@@ -89,12 +119,20 @@ def _registered() -> dict[str, Unit]:
     return _UNITS
 
 
-def register(unit: str, variants: list[Variant], defaults: Mapping[str, str]) -> None:
-    """Declare the variants of ``unit`` and its default per device class (``"*"`` required)."""
+def register(unit: str, variants: list[Variant], defaults: Mapping[str, str],
+             first_use: Mapping[str, Sequence[str]] | None = None,
+             kind_of: Callable[[str], str] | None = None) -> None:
+    """Declare the variants of ``unit``, its default per device class (``"*"`` required), the
+    variants the first-use measurement times per device class (besides the default), and the
+    shape kind of a shape class that gets a device-wide record of its own (``kind_of``)."""
     names = [v.name for v in variants]
-    if len(set(names)) != len(names) or "*" not in defaults or not set(defaults.values()) <= set(names):
-        raise ValueError(f"tuning unit {unit!r}: bad variants {names} or defaults {dict(defaults)}")
-    _UNITS[unit] = Unit(tuple(variants), dict(defaults))
+    timed = {n for group in (first_use or {}).values() for n in group}
+    if len(set(names)) != len(names) or "*" not in defaults or not set(defaults.values()) <= set(names) \
+            or not timed <= set(names):
+        raise ValueError(f"tuning unit {unit!r}: bad variants {names}, defaults {dict(defaults)} "
+                         f"or first-use variants {sorted(timed - set(names))}")
+    _UNITS[unit] = Unit(tuple(variants), dict(defaults), {k: tuple(v) for k, v in (first_use or {}).items()},
+                        kind_of or (lambda shape_class: ""))
 
 
 def units() -> dict[str, Unit]:
@@ -131,7 +169,7 @@ def device_class(fingerprint: Mapping[str, Any] | None) -> str:
 @dataclass(frozen=True)
 class Choice:
     variant: Variant
-    why: str  # "tuned 2026-11-24", "default for llvmpipe", "forced"
+    why: str  # "tuned 2026-11-24", "measured at first use 2026-11-28", "default for llvmpipe", "forced"
 
 
 def _digest(record: Mapping[str, Any]) -> str:
@@ -146,36 +184,55 @@ def record_key(path: str, unit: str, shape_class: str) -> str:
 
 @dataclass
 class Table:
-    """The tuning of one path on one driver: its verified records and the device class."""
+    """The tuning of one path on one driver: its verified records and the device class;
+    ``forced``: unit -> variant for the sessions of a measurement (:func:`trial`)."""
 
     path: str = ""
     fingerprint_id: str = ""
     device_class: str = "unknown"
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    forced: Mapping[str, str] = field(default_factory=dict)
 
     def choose(self, unit: str, shape_class: str) -> Choice:
         u = _UNITS[unit]
-        forced_name = _FORCED.get(unit)
+        forced_name = _FORCED.get(unit) or self.forced.get(unit)
         if forced_name is not None:
             v = u.variant(forced_name)
             if v is None:
                 raise ValueError(f"tuning unit {unit!r} has no variant {forced_name!r}")
             return Choice(v, "forced")
-        rec = self.records.get(record_key(self.path, unit, shape_class))
-        if rec is not None:
+        kind = "" if shape_class.startswith(DEVICE_WIDE) else u.kind_of(shape_class)
+        for cls in dict.fromkeys((shape_class, device_wide_class(kind), DEVICE_WIDE)):
+            key = record_key(self.path, unit, cls)
+            rec = self.records.get(key)
+            if rec is None:
+                continue
             v = u.variant(str(rec.get("variant")))
             if v is not None:
-                return Choice(v, f"tuned {str(rec.get('when', ''))[:10]}")
-            warnings.warn(f"tuning record {record_key(self.path, unit, shape_class)} names variant "
-                          f"{rec.get('variant')!r}, which no longer exists; using the default", TuningWarning,
-                          stacklevel=2)
-            del self.records[record_key(self.path, unit, shape_class)]
+                when = str(rec.get("when", ""))[:10]
+                return Choice(v, f"measured at first use {when}" if cls.startswith(DEVICE_WIDE) else f"tuned {when}")
+            warnings.warn(f"tuning record {key} names variant {rec.get('variant')!r}, which no longer exists; "
+                          "using the default", TuningWarning, stacklevel=2)
+            del self.records[key]
         known = self.device_class != "unknown"
         return Choice(u.default_for(self.device_class), f"default for {self.device_class}" if known else "default")
+
+    def first_use_pending(self) -> list[str]:
+        """The units the first-use measurement would time: those with variants to compare on
+        this device class and no usable device-wide record yet."""
+        pending = []
+        for unit, spec in _registered().items():
+            rec = self.records.get(record_key(self.path, unit, DEVICE_WIDE))
+            if len(spec.first_use_for(self.device_class)) > 1 and (
+                    rec is None or spec.variant(str(rec.get("variant"))) is None):
+                pending.append(unit)
+        return pending
 
 
 # ---- which table a generator sees --------------------------------------------------------------
 _ACTIVE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("gpubackend_tuning", default=None)
+_TRIAL: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar("gpubackend_tuning_trial",
+                                                                                    default=())
 _FORCED: dict[str, str] = {}
 _SEEN: list[list[tuple[str, str, str, str]]] = []
 _LOCK = threading.Lock()
@@ -210,6 +267,26 @@ def forced(**choices: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def trial(**choices: str) -> Iterator[None]:
+    """Sessions created in this block by this thread (and only they, wherever their GPU work
+    runs) use variant ``v`` of unit ``k`` for ``k=v``: how a measurement times one variant
+    while other threads' sessions keep their tuning."""
+    for unit, name in choices.items():
+        if unit not in _registered() or _UNITS[unit].variant(name) is None:
+            raise ValueError(f"no tuning variant {unit}={name}")
+    token = _TRIAL.set(tuple({**dict(_TRIAL.get()), **choices}.items()))
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
+def trial_choices() -> dict[str, str]:
+    """The :func:`trial` choices in force in this thread (a session reads them at creation)."""
+    return dict(_TRIAL.get())
+
+
+@contextlib.contextmanager
 def recording() -> Iterator[list[tuple[str, str, str, str]]]:
     """Collects (node, unit, shape class, variant) of every :func:`choose` made meanwhile."""
     seen: list[tuple[str, str, str, str]] = []
@@ -240,6 +317,22 @@ def tuning_file() -> Path:
     return cache_dir() / TUNING_FILE
 
 
+_FILE_LOCKS: dict[str, FileLock] = {}
+
+
+def file_lock(timeout: float = -1) -> FileLock:
+    """The inter-process lock of the tuning file (held while a record is written, and by a
+    first-use measurement from its check to its record). Re-entrant within a thread."""
+    path = tuning_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _LOCK:
+        lock = _FILE_LOCKS.get(str(path))
+        if lock is None:
+            lock = _FILE_LOCKS[str(path)] = FileLock(f"{path}.lock")
+    lock.timeout = timeout
+    return lock
+
+
 def _read_file() -> dict[str, Any]:
     path = tuning_file()
     try:
@@ -266,14 +359,15 @@ def _valid(key: str, rec: Any) -> str | None:
     return None
 
 
-def load(path: str, fingerprint: Mapping[str, Any] | None) -> Table:
+def load(path: str, fingerprint: Mapping[str, Any] | None, forced: Mapping[str, str] | None = None) -> Table:
     """The :class:`Table` of ``path`` for the driver with this ``fingerprint`` (the probe
-    report's, every API): its verified records; a bad record is left out with a warning."""
+    report's, every API): its verified records; a bad record is left out with a warning.
+    ``forced``: unit -> variant this table runs whatever the records say (:func:`trial`)."""
     from capability_probe.verdicts import api_of, fingerprint_id
 
     fp = dict(fingerprint or {})
     fid = fingerprint_id(fp, api_of(path))
-    table = Table(path, fid, device_class(fp.get(api_of(path))))
+    table = Table(path, fid, device_class(fp.get(api_of(path))), forced=dict(forced or {}))
     if not fid:
         return table
     driver = _read_file()["drivers"].get(fid)
@@ -304,7 +398,7 @@ def store(table: Table, unit: str, shape_class: str, variant: str, seconds: Mapp
                            "note": note}
     rec["sha256"] = _digest(rec)
     key = record_key(table.path, unit, shape_class)
-    with _LOCK:
+    with file_lock(), _LOCK:  # another process may be writing a record of its own
         data = _read_file()
         drv = data["drivers"].setdefault(table.fingerprint_id, {})
         if not isinstance(drv, dict) or not isinstance(drv.get("records"), dict):
@@ -316,6 +410,26 @@ def store(table: Table, unit: str, shape_class: str, variant: str, seconds: Mapp
     return rec
 
 
+def device_wide_lines(fingerprint: Mapping[str, Any] | None) -> list[str]:
+    """What layers without a record of their own run on each tunable path of this driver:
+    one line per path (``gpubackend probe`` prints them)."""
+    lines = []
+    for path in TUNABLE_PATHS:
+        table = load(path, fingerprint)
+        if not table.fingerprint_id:
+            continue
+        picks = []
+        for unit in sorted(_registered()):
+            general = table.choose(unit, DEVICE_WIDE)
+            picks.append(f"{unit} {general.variant.name} ({general.why})")
+            prefix = record_key(path, unit, device_wide_class("?"))[:-1]
+            for kind in sorted(k[len(prefix):] for k in table.records if k.startswith(prefix)):
+                chosen = table.choose(unit, device_wide_class(kind))
+                picks.append(f"{unit} [{kind}] {chosen.variant.name} ({chosen.why})")
+        lines.append(f"kernel variants on {path}: " + ", ".join(picks))
+    return lines
+
+
 def explain_lines(chosen: list[tuple[str, str, str]]) -> list[str]:
     """One line per (kernel, variant, why) with its count: what ``explain()`` shows."""
     counts: dict[tuple[str, str, str], int] = {}
@@ -324,6 +438,7 @@ def explain_lines(chosen: list[tuple[str, str, str]]) -> list[str]:
     return [f"variant: {kernel} {variant} x{n} ({why})" for (kernel, variant, why), n in sorted(counts.items())]
 
 
-__all__ = ["Choice", "Table", "TuningWarning", "Unit", "Variant", "active", "bucket", "choose", "device_class",
-           "explain_lines", "forced", "load", "record_key", "recording", "register", "store", "tuning_file",
-           "units", "variants"]
+__all__ = ["DEVICE_WIDE", "TUNABLE_PATHS", "Choice", "Table", "TuningWarning", "Unit", "Variant", "active", "bucket",
+           "choose", "device_class", "device_wide_class", "device_wide_lines", "explain_lines", "file_lock",
+           "forced", "load", "record_key", "recording", "register", "store", "trial", "trial_choices",
+           "tuning_file", "units", "variants"]

@@ -13,6 +13,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ.pop("GPUBACKEND_FAULT", None)
 os.environ.pop("GPUBACKEND_PATH", None)
 os.environ.pop("GPUBACKEND_DISABLE", None)
+# First-use kernel tuning off: every xdist worker has a cache of its own and would time the variants
+# again (seconds each), and the tests expect the device class's defaults unless they tune;
+# tests/test_tuning.py turns it on where it is under test.
+os.environ["GPUBACKEND_TUNE"] = "off"
 
 
 @pytest.fixture(scope="module")

@@ -248,6 +248,21 @@ def test_blocklist_matching() -> None:
     assert [x["id"] for _, x in blocklist.matches(adreno, shipped)] == ["adreno-3xx-4xx-fp16-rt"]
 
 
+def test_software_renderer_fingerprint_names_the_host_cpu(healthy: ProbeReport) -> None:
+    cpu = cache.host_cpu()
+    assert cpu and healthy.fingerprint["gl"]["cpu"] == cpu and healthy.fingerprint["vulkan"]["cpu"] == cpu
+    nvidia = {"vendor": "NVIDIA (0x10de)", "renderer": "NVIDIA H100", "device_type": "DISCRETE_GPU",
+              "driver_version": "550.54", "api_version": "1.3.277"}
+    raw = {"jobs": {"gl-detect": {"ok": True, "fingerprint": dict(MESA_FP["gl"])},
+                    "vulkan-detect": {"ok": True, "fingerprint": nvidia}}}
+    fp = runner.build_report(raw).fingerprint
+    assert fp["gl"]["cpu"] == cpu and "cpu" not in fp["vulkan"]  # a hardware GPU is the same on any host
+    assert verdicts.fingerprint_id(fp, "vulkan") == verdicts.fingerprint_id({"vulkan": nvidia}, "vulkan")
+    other_host = {"gl": {**fp["gl"], "cpu": "AMD EPYC 7B13"}}
+    assert verdicts.fingerprint_id(fp, "gl") != verdicts.fingerprint_id(other_host, "gl")
+    assert cache.cheap_key({})[1]["cpu"] == cpu  # cached verdicts are per CPU too
+
+
 def _report_all_ok() -> ProbeReport:
     paths = {p: PathVerdict(p, available=True, verified=True) for p in cp.PATH_KEYS}
     return ProbeReport(paths=paths, fingerprint=json.loads(json.dumps(MESA_FP)))
@@ -486,11 +501,13 @@ def test_cli_probe(tmp_path: Path) -> None:
     d = json.loads(r.stdout)
     assert d["cached"] is False and d["preferred_path"] == "cpu" and d["paths"]["gles2"]["verified"]
     assert d["fingerprint"]["gl"]["renderer"] and d["limits"]["gl"]["max_texture_size"] > 0
+    assert [line.split(":")[0] for line in d["kernel_variants"]] == ["kernel variants on vulkan",
+                                                                      "kernel variants on gles31"]
     r = subprocess.run([sys.executable, "-m", "gpubackend.cli", "probe"], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     for word in ("available", "verified", "preferred", "reason", "gles31", "vulkan", "llvmpipe", "preferred path: cpu",
-                 "max_texture_size"):
+                 "max_texture_size", "kernel variants on vulkan: conv "):
         assert word in r.stdout
 
 

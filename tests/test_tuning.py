@@ -223,3 +223,155 @@ def test_tune_command_stores_the_fastest_variant_and_sessions_use_it(tmp_path, m
     with gpubackend.Session(str(model), path="vulkan", fallback=False) as sess:
         sess.run({"x": np.zeros((1, 8, 10, 10), np.float32)})
         assert f"variant: conv {row['best']} x1 (tuned 20" in sess.explain()
+
+
+# ---- first-use tuning ---------------------------------------------------------------------------
+def test_device_wide_record_serves_classes_without_their_own(cache) -> None:
+    table = tuning.load("vulkan", FP)
+    tuning.store(table, "conv", tuning.DEVICE_WIDE, "bx8cb2", {"bx8cb2": 1e-3, "bx4cb4sgk3": 2e-3})
+    tuning.store(table, "conv", "k3x3 c", "bx4cb4", {"bx4cb4": 1e-3})
+    again = tuning.load("vulkan", FP)
+    assert again.choose("conv", "k3x3 c").why.startswith("tuned 20")  # the exact class first
+    got = again.choose("conv", "any other class")
+    assert got.variant.name == "bx8cb2" and got.why.startswith("measured at first use 20")
+    assert again.first_use_pending() == ["gemm"]
+    tuning.store(table, "gemm", tuning.DEVICE_WIDE, "px8cb2", {})
+    tuning.store(table, "gemm", tuning.device_wide_class("rows<=16"), "px4cb4", {})
+    again = tuning.load("vulkan", FP)
+    assert again.choose("gemm", "ci1024 co256 rows1").variant.name == "px4cb4"  # a few-row kind of its own
+    assert again.choose("gemm", "ci64 co64 rows1024").variant.name == "px8cb2"
+    assert not again.first_use_pending()
+    assert tuning.device_wide_lines(FP)[0] == ("kernel variants on vulkan: conv bx8cb2 (measured at first use "
+                                               f"{got.why[-10:]}), gemm px8cb2 (measured at first use "
+                                               f"{got.why[-10:]}), gemm [rows<=16] px4cb4 (measured at first use "
+                                               f"{got.why[-10:]}), reads ssbo (default for lavapipe)")
+    assert tuning.load("vulkan", FP, forced={"conv": "bx16cb1"}).choose("conv", "k3x3 c").why == "forced"
+
+
+def test_first_use_variants_start_with_the_class_default() -> None:
+    for unit, spec in tuning.units().items():
+        for cls in ("lavapipe", "llvmpipe", "gpu"):
+            timed = spec.first_use_for(cls)
+            assert timed[0] == spec.default_for(cls) and len(set(timed)) == len(timed), (unit, cls)
+            assert len(timed) >= 2 or not spec.first_use, (unit, cls)
+    assert tuning.units()["reads"].first_use_for("llvmpipe") == (tuning.units()["reads"].variant("tex"),)
+    with pytest.raises(ValueError, match="first-use"):
+        tuning.register("bad", [tuning.Variant("a", ())], {"*": "a"}, first_use={"*": ("nope",)})
+
+
+@pytest.fixture()
+def fresh_tuning(tmp_path, monkeypatch):
+    """A cache dir with this run's probe verdicts but no tuning file, first-use tuning on."""
+    import shutil
+
+    from capability_probe.cache import cache_dir
+
+    gpubackend.probe()  # cached in this worker's cache dir: copied, so subprocesses need no probe
+    for report in cache_dir().glob("probe-*.json"):
+        shutil.copy(report, tmp_path)
+    monkeypatch.setenv("GPUBACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("GPUBACKEND_TUNE", raising=False)
+    return tmp_path / tuning.TUNING_FILE
+
+
+def _device_wide(path: str) -> dict[str, dict]:
+    data = json.loads(tuning.tuning_file().read_text())
+    return {k: r for drv in data["drivers"].values() for k, r in drv["records"].items()
+            if k.startswith(path + "|") and k.split("|")[2].startswith(tuning.DEVICE_WIDE)}
+
+
+X8 = np.random.default_rng(0).standard_normal((1, 8, 10, 10)).astype(np.float32)
+
+
+def test_first_use_measures_once_and_later_sessions_reuse_the_record(fresh_tuning) -> None:
+    model = _conv_model()
+    with gpubackend.Session(model, path="vulkan", fallback=False) as sess:
+        want = sess.run({"x": X8})[0]
+        first = sess.explain()
+    records = _device_wide("vulkan")
+    assert set(records) == {"vulkan|conv|*", "vulkan|gemm|*", "vulkan|gemm|* rows<=16"}
+    table = tuning.load("vulkan", gpubackend.probe().fingerprint)
+    for key, rec in records.items():
+        timed = {v.name for v in tuning.units()[key.split("|")[1]].first_use_for(table.device_class)}
+        assert set(rec["seconds"]) == timed and rec["variant"] == min(rec["seconds"], key=rec["seconds"].get)
+    conv = records["vulkan|conv|*"]
+    assert "vulkan: timed the kernel variants once for this device at first use" in first
+    assert f"variant: conv {conv['variant']} x1 (measured at first use {conv['when'][:10]})" in first
+    before = fresh_tuning.read_bytes()
+    with gpubackend.Session(model, path="vulkan", fallback=False) as again:
+        np.testing.assert_allclose(again.run({"x": X8})[0], want, rtol=1e-5, atol=1e-5)
+        assert "timed the kernel variants" not in again.explain()
+        assert f"variant: conv {conv['variant']} x1 (measured at first use" in again.explain()
+    assert fresh_tuning.read_bytes() == before  # read, not measured again
+
+
+def test_first_use_keeps_the_session_options_of_the_model_to_the_model(fresh_tuning) -> None:
+    from gpubackend.bench.tune import tune_device
+
+    options = gpubackend.SessionOptions(free_dimension_overrides={"batch": 2}, kernel_check=True)
+    rows = tune_device("gles31", gpubackend.probe().fingerprint, options, rounds=1, write=False)
+    assert {(r["unit"], r["kind"]) for r in rows} == {("conv", ""), ("gemm", ""), ("gemm", "rows<=16")}
+    assert not fresh_tuning.exists()
+
+
+def test_tune_off_measures_nothing_and_runs_the_class_default(fresh_tuning, monkeypatch) -> None:
+    options = gpubackend.SessionOptions(tune="off")
+    with gpubackend.Session(_conv_model(), path="vulkan", fallback=False, options=options) as sess:
+        sess.run({"x": X8})
+        assert "(default for lavapipe)" in sess.explain() or "(default for gpu)" in sess.explain()
+    monkeypatch.setenv("GPUBACKEND_TUNE", "off")  # the environment wins over the option's "auto"
+    with gpubackend.Session(_conv_model(), path="vulkan", fallback=False) as sess:
+        assert sess.options.tune == "off"
+        sess.run({"x": X8})
+    assert not fresh_tuning.exists()
+    with pytest.raises(gpubackend.OptionError, match="tune must be"):
+        gpubackend.SessionOptions(tune="always").resolved({})
+
+
+def test_corrupt_device_wide_record_is_ignored_with_a_warning_and_measured_again(fresh_tuning) -> None:
+    fp = gpubackend.probe().fingerprint
+    table = tuning.load("gles31", fp)
+    for unit in ("conv", "gemm"):
+        tuning.store(table, unit, tuning.DEVICE_WIDE, tuning.units()[unit].variants[0].name, {})
+    data = json.loads(fresh_tuning.read_text())
+    next(iter(data["drivers"].values()))["records"]["gles31|conv|*"]["variant"] = "bx16cb1"  # edited, hash stale
+    fresh_tuning.write_text(json.dumps(data))
+    off = gpubackend.SessionOptions(tune="off")
+    with pytest.warns(tuning.TuningWarning, match="content hash"):
+        with gpubackend.Session(_conv_model(), path="gles31", fallback=False, options=off) as sess:
+            sess.run({"x": X8})
+            assert "variant: conv bx4cb4tex x1 (default for llvmpipe)" in sess.explain()
+    with pytest.warns(tuning.TuningWarning, match="content hash"):
+        with gpubackend.Session(_conv_model(), path="gles31", fallback=False) as sess:
+            sess.run({"x": X8})
+            assert "gles31: timed the kernel variants once" in sess.explain()
+    records = _device_wide("gles31")
+    assert records["gles31|gemm|*"]["seconds"] == {}  # the intact record stands
+    assert set(records["gles31|conv|*"]["seconds"]) == {"bx4cb4tex", "bx8cb2tex"}  # measured again
+    tuning.load("gles31", fp)  # and verifies
+
+
+_FIRST_USE_CHILD = """
+import gpubackend, numpy as np
+with gpubackend.Session({model!r}, path="vulkan", fallback=False) as s:
+    s.run({{"x": np.zeros((1, 8, 10, 10), np.float32)}})
+    print("MEASURED" if "timed the kernel variants once" in s.explain() else "REUSED")
+"""
+
+
+def test_concurrent_first_use_measures_once(fresh_tuning, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = tmp_path / "conv.onnx"
+    model.write_bytes(_conv_model())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    code = _FIRST_USE_CHILD.format(model=str(model))
+    children = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [c.communicate(timeout=120) for c in children]
+    assert [c.returncode for c in children] == [0, 0], [err[-2000:] for _, err in outs]
+    assert sorted(out.strip().splitlines()[-1] for out, _ in outs) == ["MEASURED", "REUSED"]
+    assert set(_device_wide("vulkan")) == {"vulkan|conv|*", "vulkan|gemm|*", "vulkan|gemm|* rows<=16"}  # verified

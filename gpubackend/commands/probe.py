@@ -31,14 +31,18 @@ def run(args: argparse.Namespace) -> int:
         os.environ["GPUBACKEND_PROBE_TIMEOUT"] = str(args.timeout)
     from capability_probe import probe
 
+    from .. import tuning
     from ..paths.cpu import cpu_engine_info
 
     report = probe(refresh=bool(args.refresh))
     engine = cpu_engine_info()
+    kernel_variants = tuning.device_wide_lines(report.fingerprint)
     if args.json:
-        print(json.dumps(dict(report.to_dict(), cpu_engine=engine), indent=2, default=str))
+        print(json.dumps(dict(report.to_dict(), cpu_engine=engine, kernel_variants=kernel_variants), indent=2,
+                         default=str))
     else:
         print(report.table())
+        print("\n".join(kernel_variants))
         print(f"cpu engine (auto): {engine['auto']}"
               + (f" (onnxruntime {engine['onnxruntime']})" if engine["onnxruntime"] else
                  " (onnxruntime not installed: pip install 'gpubackend[cpu]')"))

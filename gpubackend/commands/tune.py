@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import tuning
 from . import add_shape_option, shapes_of
 
 
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "GPUBACKEND_CACHE_DIR/tuning.json; later sessions on this driver use it "
                                    "(explain() says 'tuned DATE').")
     p.add_argument("model", help="path to an .onnx file")
-    p.add_argument("--path", default="vulkan", choices=("vulkan", "gles31"), help="code path (default: vulkan)")
+    p.add_argument("--path", default="vulkan", choices=tuning.TUNABLE_PATHS, help="code path (default: vulkan)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per variant (default 5)")
     p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")

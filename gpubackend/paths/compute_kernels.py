@@ -86,14 +86,46 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 # 3x3 layers cuts their input loads too), and reading weights and input through buffer textures
 # (vectorised fetches) divides it by 8-10 on llvmpipe's GL ES (docs/performance.md, "What lavapipe
 # compiles the kernels into")
+#
+# First use times a few variants per device class (each is one more compile, 0.1-6 s on a software
+# driver with a cold shader cache: the 8x4 blockings are the slow ones to compile and were never
+# the fastest): on llvmpipe the buffer-texture family, 2-3x faster than any storage-buffer variant
+# on both CPUs measured; on lavapipe the default of the AMD EPYC (SG + strip) against the two
+# plain blockings that win on the Intel Xeon (bx16cb1, px16cb1 and px4cb2 trailed them there on
+# every representative layer); elsewhere the plain blockings and the narrow workgroup.
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
-                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"})
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"},
+                first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
+                           "lavapipe": ("bx8cb2", "bx4cb4"),
+                           "llvmpipe": ("bx8cb2tex",)})
+
+
+def _gemm_class(ci: int, co: int, rows: int) -> str:
+    return f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} rows{tuning.bucket(rows)}"
+
+
+FEW_ROWS = 16
+
+
+def _gemm_kind(shape_class: str) -> str:
+    """"rows<=16" for a gemm of few rows (fully connected layers, squeeze-excite 1x1 convs on a
+    pooled pixel), where blocking rows wastes lanes: on llvmpipe px4cb4tex ran mtcnn_onet's
+    1x1152x256 layer in 1.0 ms and px8cb2tex, the best on many rows, in 1.7 ms."""
+    rows = re.search(r"\brows(\d+)$", shape_class)
+    return f"rows<={FEW_ROWS}" if rows and int(rows.group(1)) <= FEW_ROWS else ""
+
+
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
-                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"})
+                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"},
+                first_use={"*": ("px8cb2", "px4cb4", "px16cb1", "px8cb2w16"),
+                           "lavapipe": ("px8cb2", "px4cb4"),
+                           "llvmpipe": ("px8cb2tex",)},
+                kind_of=_gemm_kind)
 # reads (depthwise, ConvTranspose, Resize, pooling, Concat): input and weights (Resize: its tap
-# table) as storage buffers, or through buffer textures (GL ES; the Vulkan build drops the defines): selfie 1.13x
-# (depthwise) and 1.07x (its ConvTranspose), a 16-channel 128^2 -> 256^2 Resize 1.8x on llvmpipe
-# (interleaved, under load)
+# table) as storage buffers, or through buffer textures (GL ES; the Vulkan build drops the
+# defines): selfie 1.13x (depthwise) and 1.07x (its ConvTranspose), a 16-channel 128^2 -> 256^2
+# Resize 1.8x on llvmpipe (interleaved, under load). No first-use variants: on Vulkan both are
+# one kernel, and on llvmpipe the default is the measured one (`gpubackend tune` can still pick).
 tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("TEXW", 1), ("TEXX", 1)))],
                 {"*": "ssbo", "llvmpipe": "tex"})
 
@@ -131,17 +163,21 @@ def narrowed(unit: str, variant: tuning.Variant, co4: int) -> tuning.Variant:
 
 
 def default_blockings(unit: str) -> list[tuple[tuple[str, int], ...]]:
-    """The defines of every device class's default variant of ``unit`` (what runs untuned), and
-    of the variants :func:`narrowed` puts in its place for layers with few output blocks."""
+    """The defines of every variant of ``unit`` that can run without ``gpubackend tune``: each
+    device class's default and first-use candidates, and the variants :func:`narrowed` puts in
+    their place for layers with few output blocks."""
     u = tuning.units()[unit]
-    chosen = {narrowed(unit, u.default_for(cls), co4) for cls in u.defaults for co4 in (1, 2, 3, 4)}
+    classes = set(u.defaults) | set(u.first_use)
+    untuned = {u.default_for(cls) for cls in classes} | {v for cls in classes for v in u.first_use_for(cls)}
+    chosen = {narrowed(unit, v, co4) for v in untuned for co4 in (1, 2, 3, 4)}
     return sorted({d for v in chosen for d in shader_blockings(v.defines)})
 
 
 def _choose_blocking(unit: str, shape_class: str, node: str, co4: int) -> tuning.Choice:
-    """The tuning choice of ``unit``; an untuned default is :func:`narrowed` to ``co4`` blocks."""
+    """The tuning choice of ``unit``; one that was not measured on this layer's shape class (a
+    default, or the device-wide first-use record) is :func:`narrowed` to ``co4`` blocks."""
     choice = tuning.choose(unit, shape_class, node)
-    if not choice.why.startswith("default"):
+    if choice.why.startswith(("tuned", "forced")):
         return choice
     fit = narrowed(unit, choice.variant, co4)
     if fit is choice.variant:
@@ -504,8 +540,7 @@ def _gemm_record(node: Node, graph: Graph, precision: str, x: str, y: str, rows:
                  act_rec: ops.Activation | None) -> Kernel:
     """y = x @ wd.T + b with ``to_wd(input 1) -> wd`` (co, ci) and ``to_bias(input bias_idx)``."""
     co4, ci4 = (co + 3) // 4, (ci + 3) // 4
-    choice = _choose_blocking("gemm", f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} rows{tuning.bucket(rows)}",
-                              node.name, co4)
+    choice = _choose_blocking("gemm", _gemm_class(ci, co, rows), node.name, co4)
     px, cb = choice.variant.define("PX"), choice.variant.define("CB")
     cob = -(-co4 // cb)
     act, a0, a1 = _act(act_rec)
