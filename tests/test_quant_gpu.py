@@ -1,7 +1,6 @@
 """int8 (QDQ) on the GPU paths (gles3, gles31, vulkan: weights packed four to a 32-bit word; gles2:
-its float kernels with the integer-valued weights), Quantize/DequantizeLinear kernels, integer
-tensors at segment edges; against ``fallback`` (NumPy engine), within one output quantization
-step."""
+four to an RGBA8 texel), Quantize/DequantizeLinear kernels, integer tensors at segment edges;
+against ``fallback`` (NumPy engine), within one output quantization step."""
 
 from __future__ import annotations
 
@@ -109,17 +108,10 @@ def _steps(got: np.ndarray, want: np.ndarray) -> int:
     return int(np.max(np.abs(got.astype(np.int32) - want.astype(np.int32))))
 
 
-# gles2 has no int8-weight kernels: its float kernels run the integer form's integer-valued weights
-GLES2_KERNEL = {"conv_q8": "conv", "conv1x1_q8": "conv1x1", "depthwise_q8": "depthwise",
-                "convtranspose_q8": "convtranspose_tap", "gemm_q8": "gemm", "matmul_q8": "matmul"}
-
-
 @pytest.mark.parametrize("path", QDQ_PATHS)
 @pytest.mark.parametrize("case,kernel,model,x_shape", CASES, ids=[c[0] for c in CASES])
 def test_quantized_layer_matches_fallback(path: str, case: str, kernel: str, model: onnx.ModelProto,
                                           x_shape: tuple[int, ...]) -> None:
-    if path == "gles2":
-        kernel = GLES2_KERNEL.get(kernel, kernel)
     x = _feed(x_shape)
     ref = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
     want = ref.run({"x": x})[0]
@@ -190,7 +182,7 @@ def test_int8_weights_take_a_quarter_of_the_float_bytes() -> None:
     np.testing.assert_array_equal(compute_quant.unpack_int8_words(packed, 40), q)
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", QDQ_PATHS)
 def test_canary_int8(path: str) -> None:
     mod = __import__(f"gpubackend.paths.{path}", fromlist=["canary_int8"])
     assert mod.canary_int8("fp32") <= 1e-4

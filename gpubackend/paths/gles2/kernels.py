@@ -677,8 +677,8 @@ def _q8_matrix(g: _Gen, node: Node, b: str, trans_b: bool, qscale: np.ndarray | 
 
 
 def gen_gemm(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = None) -> Kernel:
-    """Gemm; ``qscale``: the int8-weight kernel ``gemm_q8``, B being ``q * qscale[output column]``
-    (alpha folded into the scale, ``ops.quant.weight_scale``)."""
+    """Gemm; ``qscale``: the int8-weight kernel ``gemm_q8``, B being ``q * qscale[output column] /
+    alpha`` (``ops.quant.weight_scale`` folds alpha into the scale)."""
     g = _Gen(node, graph, cfg)
     a, b = node.inputs[0], node.inputs[1]
     c = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -691,9 +691,11 @@ def gen_gemm(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
     la = g.load(a)
     ea = f"{la}(0.0, 0.0, kk, h)" if ta else f"{la}(0.0, 0.0, h, kk)"
     if qscale is not None:
-        q8 = _q8_matrix(g, node, b, tb, qscale)
+        # the weights' own scale (weight_scale folds alpha in), alpha after it as the float kernel
+        # applies it; weights that are not q times that scale decline to the float kernel
+        q8 = _q8_matrix(g, node, b, tb, (qscale / np.float32(alpha)).astype(np.float32))
         code, loops = q8.dot_loop(0, K, lambda kk: ea.replace("kk", kk)), K // 4 + 1
-        scaling = f"acc = {q8.epilogue('acc')};"
+        scaling = f"acc = {q8.epilogue('acc')};" + (f" acc *= {lit(alpha)};" if alpha != 1 else "")
     else:
         lb = g.load(b)
         eb = f"{lb}(0.0, 0.0, w, kk)" if tb else f"{lb}(0.0, 0.0, kk, w)"
