@@ -236,7 +236,11 @@ Q8_CASES = [  # (id, kernel, op, attrs, x shape, weights shape, weight scale axi
     ("conv1d", "conv_q8", "Conv", {"pads": [1, 1]}, (1, 6, 11), (5, 6, 3), 0, 5, {}),
     ("conv1x1_cin13_per_tensor", "conv1x1_q8", "Conv", {}, (1, 13, 4, 5), (7, 13, 1, 1), 0, 7,
      {"per_tensor": True}),
-    ("conv1x1_uint8_zp128", "conv1x1_q8", "Conv", {}, (1, 9, 4, 5), (6, 9, 1, 1), 0, 6, {"uint8": True}),
+    ("conv1x1_uint8_zp128", "conv1x1_q8", "Conv", {}, (1, 9, 4, 5), (6, 9, 1, 1), 0, 6, {"uint8": 128}),
+    ("conv3x3_uint8_zp10_per_tensor", "conv_q8", "Conv", {"pads": [1, 1, 1, 1]}, (1, 5, 6, 5), (4, 5, 3, 3), 0, 4,
+     {"uint8": 10, "per_tensor": True}),
+    ("depthwise3x3_uint8_zp10", "depthwise_q8", "Conv", {"group": 6, "pads": [1, 1, 1, 1]}, (1, 6, 5, 5),
+     (6, 1, 3, 3), 0, 6, {"uint8": 10, "per_tensor": True}),
     ("depthwise3x3_stride2", "depthwise_q8", "Conv", {"group": 8, "pads": [1, 1, 1, 1], "strides": [2, 2]},
      (1, 8, 9, 9), (8, 1, 3, 3), 0, 8, {}),
     ("depthwise5x5", "depthwise_q8", "Conv", {"group": 6, "pads": [2, 2, 2, 2]}, (1, 6, 7, 7), (6, 1, 5, 5), 0, 6,
@@ -262,8 +266,10 @@ def test_int8_weight_kernels_match_fallback(monkeypatch: pytest.MonkeyPatch, cas
     from gpubackend.paths.gles2 import kernels
 
     rng = np.random.default_rng(abs(hash(case)) % 2**32)
-    if extra.get("uint8"):  # uint8 weights with zero point 128: q - 128 is int8
-        wq, zp = rng.integers(0, 256, w_shape).astype(np.uint8), np.full(w_shape[w_axis], 128, np.uint8)
+    if extra.get("uint8"):  # uint8 weights: q - 128 is int8; q - 10 is stored minus an offset
+        wq = rng.integers(0, 256, w_shape).astype(np.uint8)
+        zp = np.full(1 if extra.get("per_tensor") else w_shape[w_axis], extra["uint8"], np.uint8)
+        zp = zp.reshape(()) if extra.get("per_tensor") else zp
         wq.reshape(-1)[:2] = (0, 255)
     else:
         wq, zp = _extreme_int8(rng, w_shape), None
@@ -336,14 +342,18 @@ def test_int8_weight_rows_layout() -> None:
     q = np.arange(-60, 60, dtype=np.int64).reshape(4, 5, 6) % 256 - 128
     scale = np.array([1, 0.5, 0.25, 2], np.float32)
     bias = np.array([1.5, -2, 3, 1e6], np.float32)
-    rows = q8_weight_rows((q * scale[:, None, None]).astype(np.float32), scale, [bias, scale])
-    assert rows.dtype == np.float32 and rows.shape == (4, 2 + 5 * 2)
+    rows, offset = q8_weight_rows((q * scale[:, None, None]).astype(np.float32), scale, [bias, scale])
+    assert rows.dtype == np.float32 and rows.shape == (4, 2 + 5 * 2) and offset == 0
     np.testing.assert_array_equal(rows[:, 0], bias)
     np.testing.assert_array_equal(rows[:, 1], scale)
     lanes = unpack_int8_words(np.ascontiguousarray(rows[:, 2:]), 4 * 5 * 2).reshape(4, 5, 8)
     np.testing.assert_array_equal(lanes[:, :, :6], q)
     assert not lanes[:, :, 6:].any()
-    with pytest.raises(Decline):
+    # 8-bit integers past int8 (uint8 weights with zero point 10): stored minus an offset
+    rows, offset = q8_weight_rows(np.array([[[-10, 245, 0, 100]]], np.float32), np.ones(1, np.float32), [])
+    assert offset == 118
+    np.testing.assert_array_equal(unpack_int8_words(rows, 1).reshape(-1).astype(int) + offset, [-10, 245, 0, 100])
+    with pytest.raises(Decline):  # not integer multiples of the scale
         q8_weight_rows(np.full((1, 1, 4), 0.3, np.float32), np.ones(1, np.float32), [])
-    with pytest.raises(Decline):
-        q8_weight_rows(np.full((1, 1, 4), 200, np.float32), np.ones(1, np.float32), [])
+    with pytest.raises(Decline):  # more than 256 integers
+        q8_weight_rows(np.array([[[-200, 100]]], np.float32), np.ones(1, np.float32), [])

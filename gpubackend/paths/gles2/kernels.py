@@ -466,25 +466,28 @@ def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_sha
     return out
 
 
-def q8_weight_rows(weights: np.ndarray, scale: np.ndarray, head: list[np.ndarray]) -> np.ndarray:
-    """The weight texture of an int8-weight kernel: ``weights`` (Cout, groups, lanes), floats equal
-    to ``q * scale[output channel]`` with integers ``q`` in [-128, 127], as one row per output
-    channel: the ``head`` values (float32, one texel each, e.g. the bias), then each group's
-    integers as raw bytes, four to a texel (lane j of texel i in byte j), the group padded with
-    zeros to whole texels. Returned as the float32 view of those bytes, shape (Cout, texels): a
-    quarter of the float weights' bytes. Declines where the weights are not such integers (e.g.
-    uint8 weights whose zero point leaves ``q - zero_point`` outside int8)."""
+def q8_weight_rows(weights: np.ndarray, scale: np.ndarray, head: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """The weight texture of an int8-weight kernel and its offset: ``weights`` (Cout, groups,
+    lanes), floats equal to ``q * scale[output channel]`` with integers ``q`` spanning at most 256
+    values, as one row per output channel: the ``head`` values (float32, one texel each, e.g. the
+    bias), then each group's ``q - offset`` as raw int8 bytes, four to a texel (lane j of texel i
+    in byte j), the group padded with zeros to whole texels. ``offset`` is 0 where ``q`` is int8,
+    else the one integer that brings it there (a zero point that leaves ``q - zero_point``
+    outside int8: uint8 weights with zero point 10, a weight quantized over [min(w, 0), max(w, 0)]);
+    the shader adds it back. Returned as the float32 view of those bytes, shape (Cout, texels): a
+    quarter of the float weights' bytes. Declines where the weights are not such integers."""
     from ..compute_quant import pack_int8_words
 
     cout, groups, lanes = weights.shape
     divisor = np.where(scale == 0, np.float32(1), scale).astype(np.float32)[:, None, None]
     q = np.rint(weights / divisor)
-    if np.any(q < -128) or np.any(q > 127) or not np.array_equal((q * divisor).astype(np.float32), weights):
-        raise Decline("the weights are not int8 multiples of one scale per output channel")
+    if not np.array_equal((q * divisor).astype(np.float32), weights) or q.max() - q.min() > 255:
+        raise Decline("the weights are not 8-bit integer multiples of one scale per output channel")
+    offset = int(q.min()) + 128 if q.min() < -128 else max(int(q.max()) - 127, 0)
     padded = np.zeros((cout, groups, -(-lanes // 4) * 4), np.int8)
-    padded[:, :, :lanes] = q
+    padded[:, :, :lanes] = q - offset
     words = pack_int8_words(padded.reshape(-1, 4)).reshape(-1)[:padded.size // 4].reshape(cout, -1)
-    return np.concatenate([np.asarray(h, np.float32).reshape(cout, 1) for h in head] + [words], axis=1)
+    return np.concatenate([np.asarray(h, np.float32).reshape(cout, 1) for h in head] + [words], axis=1), offset
 
 
 @dataclass(frozen=True)
@@ -500,6 +503,7 @@ class _Q8Rows:
     scale: str  # a GLSL literal, "" for 1, or "per channel"
     bias: bool  # whether the row starts with the bias (Gemm keeps its C apart)
     row: str  # the GLSL expression of the output channel
+    offset: int  # added to every stored integer (q8_weight_rows)
 
     @staticmethod
     def of(g: _Gen, node: str, weights: np.ndarray, scale: np.ndarray, bias: np.ndarray | None,
@@ -511,10 +515,10 @@ class _Q8Rows:
         else:
             head.append(scale)
             scale_expr = "per channel"
-        rows = q8_weight_rows(weights, scale, head)
+        rows, offset = q8_weight_rows(weights, scale, head)
         g.consts[node + "/gles2_q8"] = rows
         return _Q8Rows(g.load(node + "/gles2_q8", raw=True), -(-weights.shape[2] // 4), len(head),
-                       scale_expr, bias is not None, row)
+                       scale_expr, bias is not None, row, offset)
 
     def texel(self, group: int | str, i: int | str) -> str:
         """The vec4 of integers in weight texel ``i`` of ``group`` (ints or GLSL float expressions)."""
@@ -522,12 +526,14 @@ class _Q8Rows:
             col = lit(self.head + group * self.texels + i)
         else:
             col = f"{lit(self.head)} + {group if isinstance(group, str) else lit(group)} * {lit(self.texels)} + {i}"
-        return f"g2_int8({self.tx}(0.0, 0.0, {self.row}, {col}))"
+        ints = f"g2_int8({self.tx}(0.0, 0.0, {self.row}, {col}))"
+        return f"({ints} + {lit(self.offset)})" if self.offset else ints
 
     def dot_loop(self, group: int | str, lanes: int, load: Callable[[str], str]) -> str:
         """``acc += load(j) * weight j`` for lanes j = 0 .. lanes-1 of ``group``: a loop over the
         whole texels, four products per texel read, then the last, partial one (its padding lanes
-        are not read: past the end lies another tensor's row, maybe an infinity)."""
+        are not read: past the end lies another tensor's row, maybe an infinity; they meet 0.0,
+        and their weight is 0 plus the offset)."""
         full, rest = divmod(lanes, 4)
 
         def four(first: str, count: int) -> str:
