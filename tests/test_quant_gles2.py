@@ -357,3 +357,21 @@ def test_int8_weight_rows_layout() -> None:
         q8_weight_rows(np.full((1, 1, 4), 0.3, np.float32), np.ones(1, np.float32), [])
     with pytest.raises(Decline):  # more than 256 integers
         q8_weight_rows(np.array([[[-200, 100]]], np.float32), np.ones(1, np.float32), [])
+
+
+@pytest.mark.parametrize("case", ["conv1x1_cin13_per_tensor", "depthwise5x5", "gemm_transb_k21"])
+def test_int8_weight_kernels_under_fp16_storage(case: str) -> None:
+    """fp16 activations (two to a texel; odd widths end in a padding half) with int8 weights: the
+    fp32 weight head and the int8 texels read as under fp32; only the storage rounds."""
+    _, kernel, op, attrs, x_shape, w_shape, w_axis, co, extra = next(c for c in Q8_CASES if c[0] == case)
+    rng = np.random.default_rng(31)
+    model = _weight_layer(op, attrs, x_shape, _extreme_int8(rng, w_shape), w_axis, co, extra.get("per_tensor", False))
+    x = (rng.standard_normal(x_shape) * 2).astype(np.float32)
+    want = gpubackend.Session(model, path="cpu", cpu_engine="numpy").run({"x": x})[0]
+    sess = gpubackend.Session(model, path="gles2", precision="fp16", fallback=False)
+    try:
+        got = sess.run({"x": x})[0]
+        assert [s.kernel.name for s in sess._current.segments[0].steps] == [kernel]  # noqa: SLF001
+    finally:
+        sess.close()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * max(1.0, float(np.max(np.abs(want)))))
