@@ -379,6 +379,18 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
             cond = in_bounds(kh, kw)
             lines.append(f"    if ({' && '.join(cond)}) {term}" if cond else f"    {term}")
         tap_list, loops = [], 0
+    elif q8 is not None and taps > 1 and CHANNEL_TAPS_INNER:
+        # one loop over the input channel texels with every tap inside (as the uniform-weights
+        # kernel below): a tap's texel j is its input channels 4j .. 4j+3
+        groups = []
+        for t, (kh, kw) in enumerate(tap_list):
+            cond = in_bounds(kh, kw)
+            if cond:
+                lines.append(f"    bool ok{t} = {' && '.join(cond)};")
+            groups.append((t, lambda ci, kh=kh, kw=kw: f"{ld_x}(n, cb + {ci}, ih{kh}, iw{kw})",
+                           f"ok{t}" if cond else ""))
+        lines.append(f"    {q8.dot_loop_groups(groups, cing)}")
+        tap_list, loops = [], cing // 4 + 1
     elif q8 is not None:
         loops = taps * (cing // 4 + 1)
     if per_channel is not None and taps > 1 and cing > 1 and CHANNEL_TAPS_INNER:
@@ -534,18 +546,26 @@ class _Q8Rows:
         whole texels, four products per texel read, then the last, partial one (its padding lanes
         are not read: past the end lies another tensor's row, maybe an infinity; they meet 0.0,
         and their weight is 0 plus the offset)."""
+        return self.dot_loop_groups([(group, load, "")], lanes)
+
+    def dot_loop_groups(self, groups: list[tuple[int | str, Callable[[str], str], str]], lanes: int) -> str:
+        """:meth:`dot_loop` over several groups (a KxK conv's taps) in one loop over the texels,
+        each group's products under its GLSL condition ("" for none)."""
         full, rest = divmod(lanes, 4)
 
-        def four(first: str, count: int) -> str:
+        def four(load: Callable[[str], str], first: str, count: int) -> str:
             xs = [load(f"({first} + {lit(j)})" if j else first) for j in range(count)] + ["0.0"] * (4 - count)
             return f"vec4({', '.join(xs)})"
 
+        def terms(first: str, count: int, texel: str) -> str:
+            return " ".join(f"{f'if ({cond}) ' if cond else ''}acc += dot({four(load, first, count)}, "
+                            f"{self.texel(group, texel)});" for group, load, cond in groups)
+
         code = ""
         if full:
-            code = (f"for (int i = 0; i < {full}; i++) {{ float j = float(i); "
-                    f"acc += dot({four('j * 4.0', 4)}, {self.texel(group, 'j')}); }}")
+            code = f"for (int i = 0; i < {full}; i++) {{ float j = float(i); {terms('j * 4.0', 4, 'j')} }}"
         if rest:
-            code += f" acc += dot({four(lit(4 * full), rest)}, {self.texel(group, lit(full))});"
+            code += f" {terms(lit(4 * full), rest, lit(full))}"
         return code.strip()
 
     def epilogue(self, acc: str) -> str:
