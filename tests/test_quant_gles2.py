@@ -1,8 +1,11 @@
 """QuantizeLinear / DequantizeLinear on gles2 (``paths/gles2/quant_kernels.py``): GLSL ES 1.00 has
 no roundEven, isnan or bit casts, so rounding half to even, NaN and the IEEE division are checked
 here on the values that tell them apart, bit for bit against the ``fallback`` reference, with every
-output texture poisoned with NaN first. The model-level cases (``test_quant_gpu.py``,
-``test_quant_models.py``, ``test_quant_integer.py``) run gles2 alongside the other paths."""
+output texture poisoned with NaN first. Then the int8-weight kernels (``conv_q8`` ... ``matmul_q8``:
+raw int8 bytes four to an RGBA8 texel, ``kernels.q8_weight_rows``) on weights whose words are NaN
+and Inf bit patterns, against ``fallback`` and the float kernels' weight bytes. The model-level
+cases (``test_quant_gpu.py``, ``test_quant_models.py``, ``test_quant_integer.py``) run gles2
+alongside the other paths."""
 
 from __future__ import annotations
 
