@@ -94,7 +94,7 @@ def _int8_weights(float_gen: Callable[..., Kernel]) -> Callable[[Node, Graph, Co
 
 REGISTRY.add("Conv", "conv_q8", _int8_weights(gen_conv), first=True)
 REGISTRY.add("ConvTranspose", "convtranspose_q8", _int8_weights(gen_conv_transpose), first=True)
-REGISTRY.add("ConvTranspose", "convtranspose_tap_q8",
+REGISTRY.add("ConvTranspose", "convtranspose_q8",
              _int8_weights(functools.partial(gen_conv_transpose, one_tap=True)), first=True)
 REGISTRY.add("Gemm", "gemm_q8", _int8_weights(gen_gemm), first=True)
 REGISTRY.add("MatMul", "matmul_q8", _int8_weights(gen_matmul), first=True)
