@@ -1,7 +1,6 @@
 """int8 (QDQ) on the GPU paths (gles3, gles31, vulkan: weights packed four to a 32-bit word; gles2:
-its float kernels with the integer-valued weights), Quantize/DequantizeLinear kernels, integer
-tensors at segment edges; against ``fallback`` (NumPy engine), within one output quantization
-step."""
+four to an RGBA8 texel), Quantize/DequantizeLinear kernels, integer tensors at segment edges;
+against ``fallback`` (NumPy engine), within one output quantization step."""
 
 from __future__ import annotations
 
@@ -91,7 +90,8 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto, tuple[int, ...]]]:
         bias=False)
     add("conv_uint8_zp128", "conv_q8", "Conv", {"pads": [1, 1, 1, 1]}, (1, 4, 5, 5),
         rng.integers(0, 256, (5, 4, 3, 3)).astype(np.uint8), _scales(rng, 5), w_zp=np.full(5, 128, np.uint8))
-    # a zero point that puts q - zp outside int8: the float conv runs it (still exact)
+    # a zero point that puts q - zp outside int8: the float conv runs it (still exact); gles2 stores
+    # q - zp minus one offset per layer as int8 and adds it back (kernels.q8_weight_rows)
     add("conv_uint8_zp10_float_kernel", "conv", "Conv", {"pads": [1, 1, 1, 1]}, (1, 4, 5, 5),
         rng.integers(0, 256, (5, 4, 3, 3)).astype(np.uint8), _scales(rng, 5), w_zp=np.full(5, 10, np.uint8))
     return out
@@ -104,14 +104,12 @@ def _feed(shape: tuple[int, ...]) -> np.ndarray:
     return (np.random.default_rng(3).standard_normal(shape) * 2).astype(np.float32)
 
 
+GLES2_KERNEL = {"conv_uint8_zp10_float_kernel": "conv_q8"}
+
+
 def _steps(got: np.ndarray, want: np.ndarray) -> int:
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     return int(np.max(np.abs(got.astype(np.int32) - want.astype(np.int32))))
-
-
-# gles2 has no int8-weight kernels: its float kernels run the integer form's integer-valued weights
-GLES2_KERNEL = {"conv_q8": "conv", "conv1x1_q8": "conv1x1", "depthwise_q8": "depthwise",
-                "convtranspose_q8": "convtranspose_tap", "gemm_q8": "gemm", "matmul_q8": "matmul"}
 
 
 @pytest.mark.parametrize("path", QDQ_PATHS)
@@ -119,7 +117,7 @@ GLES2_KERNEL = {"conv_q8": "conv", "conv1x1_q8": "conv1x1", "depthwise_q8": "dep
 def test_quantized_layer_matches_fallback(path: str, case: str, kernel: str, model: onnx.ModelProto,
                                           x_shape: tuple[int, ...]) -> None:
     if path == "gles2":
-        kernel = GLES2_KERNEL.get(kernel, kernel)
+        kernel = GLES2_KERNEL.get(case, kernel)
     x = _feed(x_shape)
     ref = gpubackend.Session(model, path="cpu", cpu_engine="numpy")
     want = ref.run({"x": x})[0]
@@ -190,7 +188,7 @@ def test_int8_weights_take_a_quarter_of_the_float_bytes() -> None:
     np.testing.assert_array_equal(compute_quant.unpack_int8_words(packed, 40), q)
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", QDQ_PATHS)
 def test_canary_int8(path: str) -> None:
     mod = __import__(f"gpubackend.paths.{path}", fromlist=["canary_int8"])
     assert mod.canary_int8("fp32") <= 1e-4

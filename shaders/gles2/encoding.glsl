@@ -8,6 +8,10 @@
 // Byte values 0..255 of a sampled RGBA8 texel.
 vec4 g2_bytes(vec4 t) { return floor(t * 255.0 + 0.5); }
 
+// Four signed 8-bit integers stored as raw bytes in one texel (the int8-weight kernels' weight
+// textures, docs/gles2_encoding.md): byte b is b, or b - 256 from 128 up (two's complement).
+vec4 g2_int8(vec4 t) { vec4 b = g2_bytes(t); return b - 256.0 * step(128.0, b); }
+
 // Exponent e with 2^e <= a < 2^(e+1) for a normal positive a: log2 is only approximate, so
 // correct it by one step either way (matters right at powers of two).
 float g2_exponent(float a) {

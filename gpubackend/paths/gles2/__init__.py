@@ -308,4 +308,23 @@ def canary(precision: str = "fp32") -> float:
     return run_canary(precision)
 
 
-__all__ = ["Gles2Path", "Gles2Segment", "Runtime", "create", "canary", "kernel_name", "fragment_highp"]
+def canary_int8(precision: str = "fp32") -> float:
+    """The int8 kernels (``conv_q8``: int8 weights as raw bytes in an RGBA8 texture, and
+    Quantize/DequantizeLinear) against ``fallback``; raises if the conv did not run as ``conv_q8``
+    or its quantized output is more than one step away."""
+    from ..compute_quant import canary as int8_canary
+
+    def run(nodes: list[Node], graph: Graph, feeds: dict[str, np.ndarray], prec: str) -> dict[str, np.ndarray]:
+        path = Gles2Path(prec)
+        path.poison = True
+        seg = path.compile(nodes, graph, list(feeds), graph.outputs)
+        try:
+            return seg.run(feeds, RunStats())
+        finally:
+            seg.close()
+
+    return int8_canary(run, precision, kernel_name)
+
+
+__all__ = ["Gles2Path", "Gles2Segment", "Runtime", "create", "canary", "canary_int8", "kernel_name",
+           "fragment_highp"]

@@ -169,10 +169,12 @@ class _Gen:
         self.consts[name] = np.ascontiguousarray(array, dtype=np.float32)
         return self.load(name)
 
-    def load(self, name: str) -> str:
-        """The GLSL function ``float ldI(n, c, h, w)`` reading tensor ``name``."""
+    def load(self, name: str, raw: bool = False) -> str:
+        """The GLSL function ``float ldI(n, c, h, w)`` reading tensor ``name``; ``raw``: ``vec4
+        txI(n, c, h, w)``, the texel as sampled, undecoded (a constant of raw bytes, such as the
+        int8 weights of :func:`q8_weight_rows`)."""
         if name in self.inputs:
-            return f"ld{self.inputs.index(name)}"
+            return f"{'tx' if raw else 'ld'}{self.inputs.index(name)}"
         i = len(self.inputs)
         if i >= self.cfg.max_units:
             raise Decline(f"needs more than {self.cfg.max_units} textures (GL_MAX_TEXTURE_IMAGE_UNITS)")
@@ -180,7 +182,8 @@ class _Gen:
         L = self.layout(name)
         _, C, H, _ = L.d4
         tw, th = L.size
-        lines = [f"uniform sampler2D t{i};", f"float ld{i}(float n, float c, float h, float w) {{",
+        head = f"vec4 tx{i}" if raw else f"float ld{i}"
+        lines = [f"uniform sampler2D t{i};", f"{head}(float n, float c, float h, float w) {{",
                  f"    float r = (n * {lit(C)} + c) * {lit(H)} + h;",
                  "    float wt = floor(w * 0.5);" if L.pack == 2 else "    float wt = w;"]
         if L.k == 1:
@@ -188,6 +191,9 @@ class _Gen:
         else:
             lines.append(f"    float y = g2_idiv(r, {lit(L.k)}); float x = (r - y * {lit(L.k)}) * {lit(L.wt)} + wt;")
         lines.append(f"    vec4 t = texture2D(t{i}, vec2((x + 0.5) * {lit(1.0 / tw)}, (y + 0.5) * {lit(1.0 / th)}));")
+        if raw:
+            self.loaders.append("\n".join([*lines, "    return t;", "}"]))
+            return f"tx{i}"
         if L.pack == 2:
             lines.append("    vec4 b = g2_bytes(t);")
             lines.append("    return g2_half(w - 2.0 * wt < 0.5 ? b.rg : b.ba);")
@@ -286,13 +292,17 @@ def _spatial(gen: _Gen, x: str, y: str) -> tuple[tuple[int, ...], tuple[int, ...
     return xs, ys
 
 
-def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
+def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = None) -> Kernel:
+    """Conv; ``qscale``: the int8-weight kernel (``conv_q8``, ``conv1x1_q8``, ``depthwise_q8``),
+    the weights being ``q * qscale[output channel]`` (:func:`q8_weight_rows`)."""
     g = _Gen(node, graph, cfg)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
     g.check_float(x, node.outputs[0], wname, *([b] if b else []))
     xs, ys = _spatial(g, x, node.outputs[0])
     dynamic = wname not in graph.constants or bool(b and b not in graph.constants)
+    if dynamic and qscale is not None:
+        raise Decline("int8 weights need constant weights and bias")
     W = graph.constants[wname].astype(np.float32) if wname in graph.constants else np.zeros(g.shape(wname), np.float32)
     nd = len(xs) - 2
     if dynamic and nd != 2:
@@ -309,9 +319,16 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
     cout, cing = W.shape[0], W.shape[1]
     coutg = cout // group
     taps = k[0] * k[1]
-    per_channel = None if dynamic or nd != 2 else channel_weights(W, graph.constants[b] if b else None, cfg, ys,
-                                                                  cfg.pack_of(node.outputs[0], graph))
-    if dynamic:  # weights (and bias) read from their own textures as they are
+    per_channel = None if dynamic or nd != 2 or qscale is not None else channel_weights(
+        W, graph.constants[b] if b else None, cfg, ys, cfg.pack_of(node.outputs[0], graph))
+    q8: _Q8Rows | None = None
+    if qscale is not None:  # one row per output channel: bias (and scale), then int8 weights per tap
+        bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
+        # a depthwise conv packs its taps four to a texel; others each tap's input channels
+        lanes = W.reshape(cout, 1, taps * cing) if cing == 1 else W.reshape(cout, cing, taps).transpose(0, 2, 1)
+        q8 = _Q8Rows.of(g, node.name, lanes, qscale, bias)
+        bias_expr = "0.0"
+    elif dynamic:  # weights (and bias) read from their own textures as they are
         lw = g.load(wname)
         bias_expr = f"{g.load(b)}(0.0, 0.0, 0.0, c)" if b else "0.0"
 
@@ -355,6 +372,27 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
             ([f"iw{kw} >= 0.0 && iw{kw} < {lit(xs[3])}"] if check_w else [])
 
     tap_list = [(kh, kw) for kh in range(k[0]) for kw in range(k[1])]
+    if q8 is not None and cing == 1:  # depthwise: every tap's weight from ceil(taps / 4) texels
+        lines += [f"    vec4 q{j} = {q8.texel(0, j)};" for j in range(q8.texels)]
+        for t, (kh, kw) in enumerate(tap_list):
+            term = f"acc += {ld_x}(n, cb, ih{kh}, iw{kw}) * q{t // 4}.{'xyzw'[t % 4]};"
+            cond = in_bounds(kh, kw)
+            lines.append(f"    if ({' && '.join(cond)}) {term}" if cond else f"    {term}")
+        tap_list, loops = [], 0
+    elif q8 is not None and taps > 1 and CHANNEL_TAPS_INNER:
+        # one loop over the input channel texels with every tap inside (as the uniform-weights
+        # kernel below): a tap's texel j is its input channels 4j .. 4j+3
+        groups = []
+        for t, (kh, kw) in enumerate(tap_list):
+            cond = in_bounds(kh, kw)
+            if cond:
+                lines.append(f"    bool ok{t} = {' && '.join(cond)};")
+            groups.append((t, lambda ci, kh=kh, kw=kw: f"{ld_x}(n, cb + {ci}, ih{kh}, iw{kw})",
+                           f"ok{t}" if cond else ""))
+        lines.append(f"    {q8.dot_loop_groups(groups, cing)}")
+        tap_list, loops = [], cing // 4 + 1
+    elif q8 is not None:
+        loops = taps * (cing // 4 + 1)
     if per_channel is not None and taps > 1 and cing > 1 and CHANNEL_TAPS_INNER:
         # one loop over the input channels with every tap inside: as many texture reads in the
         # source (compile time) as one loop per tap, a ninth of the loop steps for a 3x3
@@ -369,7 +407,9 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
         lines.append(f"    for (int i = 0; i < {cing}; i++) {{ float ci = float(i); {' '.join(terms)} }}")
         tap_list = []
     for kh, kw in tap_list:  # a loop over the input channels per tap
-        if per_channel is not None:
+        if q8 is not None:
+            inner = q8.dot_loop(kh * k[1] + kw, cing, lambda ci, kh=kh, kw=kw: f"{ld_x}(n, cb + {ci}, ih{kh}, iw{kw})")
+        elif per_channel is not None:
             inner = _channel_loop(cing, (kh * k[1] + kw) * cing,
                                   lambda ci, kh=kh, kw=kw: f"{ld_x}(n, cb + {ci}, ih{kh}, iw{kw})",
                                   CHANNEL_LOOP_STEP if taps == 1 else 1)
@@ -378,13 +418,15 @@ def gen_conv(node: Node, graph: Graph, cfg: Config) -> Kernel:
                      f"acc += {ld_x}(n, cb + ci, ih{kh}, iw{kw}) * {wexpr(kh, kw, 'ci')}; }}")
         cond = in_bounds(kh, kw)
         lines.append(f"    if ({' && '.join(cond)}) {{ {inner} }}" if cond else f"    {inner}")
-    lines += ["    return activate(acc);", "}"]
+    lines += [f"    return activate({'acc' if q8 is None else q8.epilogue('acc')});", "}"]
     if nd == 1:
         lines.append("float compute(float n, float c, float h, float w) { return conv2d(c, h, 0.0, w); }")
     name = "depthwise" if group == cout == xs[1] and cing == 1 else (
         "conv1x1" if taps == 1 and s == [1, 1] and not any(p) else "conv")
     pair = None
-    if name == "conv1x1" and g.layout(x).pack == 2 and g.layout(x).k == 1 and nd == 2:
+    if q8 is not None:
+        name += "_q8"
+    elif name == "conv1x1" and g.layout(x).pack == 2 and g.layout(x).k == 1 and nd == 2:
         # fp16: the two elements of a texel share every weight read
         if per_channel is not None:
             body = _channel_loop(cing, 0, lambda ci: f"ldp{ld_x[2:]}(n, cb + {ci}, h, w)", CHANNEL_LOOP_STEP)
@@ -436,6 +478,105 @@ def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_sha
     return out
 
 
+def q8_weight_rows(weights: np.ndarray, scale: np.ndarray, head: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """The weight texture of an int8-weight kernel and its offset: ``weights`` (Cout, groups,
+    lanes), floats equal to ``q * scale[output channel]`` with integers ``q`` spanning at most 256
+    values, as one row per output channel: the ``head`` values (float32, one texel each, e.g. the
+    bias), then each group's ``q - offset`` as raw int8 bytes, four to a texel (lane j of texel i
+    in byte j), the group padded with zeros to whole texels. ``offset`` is 0 where ``q`` is int8,
+    else the one integer that brings it there (a zero point that leaves ``q - zero_point``
+    outside int8: uint8 weights with zero point 10, a weight quantized over [min(w, 0), max(w, 0)]);
+    the shader adds it back. Returned as the float32 view of those bytes, shape (Cout, texels): a
+    quarter of the float weights' bytes. Declines where the weights are not such integers."""
+    from ..compute_quant import pack_int8_words
+
+    cout, groups, lanes = weights.shape
+    divisor = np.where(scale == 0, np.float32(1), scale).astype(np.float32)[:, None, None]
+    q = np.rint(weights / divisor)
+    if not np.array_equal((q * divisor).astype(np.float32), weights) or q.max() - q.min() > 255:
+        raise Decline("the weights are not 8-bit integer multiples of one scale per output channel")
+    offset = int(q.min()) + 128 if q.min() < -128 else max(int(q.max()) - 127, 0)
+    padded = np.zeros((cout, groups, -(-lanes // 4) * 4), np.int8)
+    padded[:, :, :lanes] = q - offset
+    words = pack_int8_words(padded.reshape(-1, 4)).reshape(-1)[:padded.size // 4].reshape(cout, -1)
+    return np.concatenate([np.asarray(h, np.float32).reshape(cout, 1) for h in head] + [words], axis=1), offset
+
+
+@dataclass(frozen=True)
+class _Q8Rows:
+    """An int8-weight kernel's weight texture (:func:`q8_weight_rows`) and the GLSL reading it:
+    texel ``texel(group, i)`` of output channel ``c`` as a vec4 of integers (``g2_int8``), the
+    bias in the first texel of the row, and the scale per output channel in the second (a literal
+    where every channel has the same one; nothing where that is 1, as in the integer form)."""
+
+    tx: str  # the raw texel loader (``_Gen.load(name, raw=True)``)
+    texels: int  # weight texels per group
+    head: int  # texels before the weights: the bias, and the scale where it varies
+    scale: str  # a GLSL literal, "" for 1, or "per channel"
+    bias: bool  # whether the row starts with the bias (Gemm keeps its C apart)
+    row: str  # the GLSL expression of the output channel
+    offset: int  # added to every stored integer (q8_weight_rows)
+
+    @staticmethod
+    def of(g: _Gen, node: str, weights: np.ndarray, scale: np.ndarray, bias: np.ndarray | None,
+           row: str = "c") -> _Q8Rows:
+        scale = np.asarray(scale, np.float32)
+        head = [] if bias is None else [bias]
+        if np.all(scale == scale[0]):
+            scale_expr = "" if scale[0] == 1 else lit(scale[0])
+        else:
+            head.append(scale)
+            scale_expr = "per channel"
+        rows, offset = q8_weight_rows(weights, scale, head)
+        g.consts[node + "/gles2_q8"] = rows
+        return _Q8Rows(g.load(node + "/gles2_q8", raw=True), -(-weights.shape[2] // 4), len(head),
+                       scale_expr, bias is not None, row, offset)
+
+    def texel(self, group: int | str, i: int | str) -> str:
+        """The vec4 of integers in weight texel ``i`` of ``group`` (ints or GLSL float expressions)."""
+        if isinstance(group, int) and isinstance(i, int):
+            col = lit(self.head + group * self.texels + i)
+        else:
+            col = f"{lit(self.head)} + {group if isinstance(group, str) else lit(group)} * {lit(self.texels)} + {i}"
+        ints = f"g2_int8({self.tx}(0.0, 0.0, {self.row}, {col}))"
+        return f"({ints} + {lit(self.offset)})" if self.offset else ints
+
+    def dot_loop(self, group: int | str, lanes: int, load: Callable[[str], str]) -> str:
+        """``acc += load(j) * weight j`` for lanes j = 0 .. lanes-1 of ``group``: a loop over the
+        whole texels, four products per texel read, then the last, partial one (its padding lanes
+        are not read: past the end lies another tensor's row, maybe an infinity; they meet 0.0,
+        and their weight is 0 plus the offset)."""
+        return self.dot_loop_groups([(group, load, "")], lanes)
+
+    def dot_loop_groups(self, groups: list[tuple[int | str, Callable[[str], str], str]], lanes: int) -> str:
+        """:meth:`dot_loop` over several groups (a KxK conv's taps) in one loop over the texels,
+        each group's products under its GLSL condition ("" for none)."""
+        full, rest = divmod(lanes, 4)
+
+        def four(load: Callable[[str], str], first: str, count: int) -> str:
+            xs = [load(f"({first} + {lit(j)})" if j else first) for j in range(count)] + ["0.0"] * (4 - count)
+            return f"vec4({', '.join(xs)})"
+
+        def terms(first: str, count: int, texel: str) -> str:
+            return " ".join(f"{f'if ({cond}) ' if cond else ''}acc += dot({four(load, first, count)}, "
+                            f"{self.texel(group, texel)});" for group, load, cond in groups)
+
+        code = ""
+        if full:
+            code = f"for (int i = 0; i < {full}; i++) {{ float j = float(i); {terms('j * 4.0', 4, 'j')} }}"
+        if rest:
+            code += f" {terms(lit(4 * full), rest, lit(full))}"
+        return code.strip()
+
+    def epilogue(self, acc: str) -> str:
+        """The sum of integer-weight products as the layer's output: times the scale, plus the bias."""
+        if self.scale == "per channel":
+            scaled = f"{acc} * g2_decode32({self.tx}(0.0, 0.0, {self.row}, {lit(self.head - 1)}))"
+        else:
+            scaled = f"{acc} * {self.scale}" if self.scale else acc
+        return f"{scaled} + g2_decode32({self.tx}(0.0, 0.0, {self.row}, 0.0))" if self.bias else scaled
+
+
 def _channel_loop(cing: int, first: int, load: Callable[[str], str], step: int = 1) -> str:
     """``acc += load(ci) * u_w[first + ci]`` over input channels 0..cing-1 in order (the loop
     index in the array index: a GLSL ES 1.00 constant-index-expression), ``step`` of them per
@@ -450,16 +591,20 @@ def _channel_loop(cing: int, first: int, load: Callable[[str], str], step: int =
     return f"{code} {tail}".strip()
 
 
-def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = False) -> Kernel:
+def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = False,
+                       qscale: np.ndarray | None = None) -> Kernel:
     """The gather form: every output pixel tries all KH x KW taps and keeps those that land on
     an input pixel. ``one_tap``: only for taps that tile the output without overlap (strides ==
     kernel_shape, dilation 1: 2x2 stride 2, the usual upsampling), where each output pixel takes
-    exactly one tap, h + pad = ih * KH + kh, and reads only that one."""
+    exactly one tap, h + pad = ih * KH + kh, and reads only that one. ``qscale``: the int8-weight
+    kernel ``convtranspose_q8`` (either form), the weights being ``q * qscale[output channel]``."""
     g = _Gen(node, graph, cfg)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
     g.check_float(x, node.outputs[0], wname, *([b] if b else []))
     dynamic = wname not in graph.constants or bool(b and b not in graph.constants)
+    if dynamic and qscale is not None:
+        raise Decline("int8 weights need constant weights and bias")
     xs, ys = _spatial(g, x, node.outputs[0])
     if len(xs) != 4:
         raise Decline("only 2-D ConvTranspose")
@@ -474,8 +619,15 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = Fa
         raise Decline(f"taps overlap (strides {s}, kernel {[KH, KW]}, dilations {dl}): the gather form runs")
     taps = KH * KW
     grp = "0.0" if group == 1 else f"g2_idiv(c, {lit(coutg)})"
+    q8: _Q8Rows | None = None
     # kh, kw: GLSL float expressions (literals, or the tap a fragment computed)
-    if dynamic:  # W (Cin, Cout/group, KH, KW) read from its own texture
+    if qscale is not None:  # a row per output channel: bias (and scale), then each tap's weights
+        lanes = np.concatenate([W[gi * cing:(gi + 1) * cing].reshape(cing, coutg, taps).transpose(1, 2, 0)
+                                for gi in range(group)])  # (cout, taps, cing)
+        bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
+        q8 = _Q8Rows.of(g, node.name, lanes, qscale, bias)
+        bias_expr = "0.0"
+    elif dynamic:  # W (Cin, Cout/group, KH, KW) read from its own texture
         lw = g.load(wname)
         bias_expr = f"{g.load(b)}(0.0, 0.0, 0.0, c)" if b else "0.0"
 
@@ -499,17 +651,24 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = Fa
              f"    float cb = {grp} * {lit(cing)};",
              f"    float acc = {bias_expr};"]
 
-    def mac(ih: str, iw: str, kh: str, kw: str) -> str:
+    def mac(ih: str, iw: str, kh: str, kw: str, tap: int | str) -> str:
+        """The sum over the input channels of tap (kh, kw) (``tap``: its index, for int8 weights)."""
+        if q8 is not None:
+            return q8.dot_loop(tap, cing, lambda ci: f"{ld_x}(n, cb + {ci}, {ih}, {iw})")
         return (f"for (int i = 0; i < {cing}; i++) {{ float ci = float(i); "
                 f"acc += {ld_x}(n, cb + ci, {ih}, {iw}) * {wexpr(kh, kw)}; }}")
 
+    result = "acc" if q8 is None else q8.epilogue("acc")
+    loops_per_tap = cing + 1 if q8 is None else cing // 4 + 1
     if one_tap:
         for v, ax in (("h", 0), ("w", 1)):
             lines.append(f"    float t{v} = {v} + {lit(pads[ax])};")
             lines.append(f"    float i{v} = g2_idiv(t{v}, {lit(s[ax])}); float k{v} = t{v} - i{v} * {lit(s[ax])};")
-        lines.append(f"    if (ih < {lit(xs[2])} && iw < {lit(xs[3])}) {{ {mac('ih', 'iw', 'kh', 'kw')} }}")
-        lines += ["    return activate(acc);", "}"]
-        return g.finish("convtranspose_tap", "\n".join(lines), ys, loops=cing + 1)
+        tap_sum = mac("ih", "iw", "kh", "kw", f"(kh * {lit(KW)} + kw)")
+        lines.append(f"    if (ih < {lit(xs[2])} && iw < {lit(xs[3])}) {{ {tap_sum} }}")
+        lines += [f"    return activate({result});", "}"]
+        return g.finish("convtranspose_tap" if q8 is None else "convtranspose_q8", "\n".join(lines), ys,
+                        loops=loops_per_tap)
 
     def axis(v: str, coord: str, kk: int, ax: int, size: int) -> None:
         lines.append(f"    float t{v}{kk} = {coord} + {lit(pads[ax] - kk * dl[ax])};")
@@ -527,12 +686,25 @@ def gen_conv_transpose(node: Node, graph: Graph, cfg: Config, one_tap: bool = Fa
         axis("w", "w", kw, 1, xs[3])
     for kh in range(KH):
         for kw in range(KW):
-            lines.append(f"    if (okh{kh} && okw{kw}) {{ {mac(f'ih{kh}', f'iw{kw}', lit(kh), lit(kw))} }}")
-    lines += ["    return activate(acc);", "}"]
-    return g.finish("convtranspose", "\n".join(lines), ys, loops=taps * (cing + 1))
+            tap_sum = mac(f"ih{kh}", f"iw{kw}", lit(kh), lit(kw), kh * KW + kw)
+            lines.append(f"    if (okh{kh} && okw{kw}) {{ {tap_sum} }}")
+    lines += [f"    return activate({result});", "}"]
+    return g.finish("convtranspose" if q8 is None else "convtranspose_q8", "\n".join(lines), ys,
+                    loops=taps * loops_per_tap)
 
 
-def gen_gemm(node: Node, graph: Graph, cfg: Config) -> Kernel:
+def _q8_matrix(g: _Gen, node: Node, b: str, trans_b: bool, qscale: np.ndarray | None) -> _Q8Rows:
+    """The int8 rows of a constant (K, N) (``trans_b``: (N, K)) weight matrix, one per output column w."""
+    if qscale is None or b not in g.graph.constants:
+        raise Decline("int8 weights need a constant weight matrix")
+    B = g.graph.constants[b].astype(np.float32)
+    rows = B if trans_b else B.T
+    return _Q8Rows.of(g, node.name, rows.reshape(rows.shape[0], 1, rows.shape[1]), qscale, None, row="w")
+
+
+def gen_gemm(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = None) -> Kernel:
+    """Gemm; ``qscale``: the int8-weight kernel ``gemm_q8``, B being ``q * qscale[output column] /
+    alpha`` (``ops.quant.weight_scale`` folds alpha into the scale)."""
     g = _Gen(node, graph, cfg)
     a, b = node.inputs[0], node.inputs[1]
     c = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -542,19 +714,30 @@ def gen_gemm(node: Node, graph: Graph, cfg: Config) -> Kernel:
     g.act = rec.act
     ta, tb, alpha, beta = rec.trans_a, rec.trans_b, rec.alpha, rec.beta
     K = g.shape(a)[0 if ta else 1]
-    la, lb = g.load(a), g.load(b)
+    la = g.load(a)
     ea = f"{la}(0.0, 0.0, kk, h)" if ta else f"{la}(0.0, 0.0, h, kk)"
-    eb = f"{lb}(0.0, 0.0, w, kk)" if tb else f"{lb}(0.0, 0.0, kk, w)"
-    code, loops = unrolled(K, lambda kk: f"acc += {ea.replace('kk', kk)} * {eb.replace('kk', kk)};")
+    if qscale is not None:
+        # the weights' own scale (weight_scale folds alpha in), alpha after it as the float kernel
+        # applies it; weights that are not q times that scale decline to the float kernel
+        q8 = _q8_matrix(g, node, b, tb, (qscale / np.float32(alpha)).astype(np.float32))
+        code, loops = q8.dot_loop(0, K, lambda kk: ea.replace("kk", kk)), K // 4 + 1
+        scaling = f"acc = {q8.epilogue('acc')};" + (f" acc *= {lit(alpha)};" if alpha != 1 else "")
+    else:
+        lb = g.load(b)
+        eb = f"{lb}(0.0, 0.0, w, kk)" if tb else f"{lb}(0.0, 0.0, kk, w)"
+        code, loops = unrolled(K, lambda kk: f"acc += {ea.replace('kk', kk)} * {eb.replace('kk', kk)};")
+        scaling = f"acc *= {lit(alpha)};"
     lines = ["float compute(float n, float c, float h, float w) {", "    float acc = 0.0;",
-             f"    {code}", f"    acc *= {lit(alpha)};"]
+             f"    {code}", f"    {scaling}"]
     if c and beta != 0.0:
         lines.append(f"    acc += {lit(beta)} * {g.bcast(c, dims4(ys))};")
     lines += ["    return activate(acc);", "}"]
-    return g.finish("gemm", "\n".join(lines), ys, loops=loops)
+    return g.finish("gemm" if qscale is None else "gemm_q8", "\n".join(lines), ys, loops=loops)
 
 
-def gen_matmul(node: Node, graph: Graph, cfg: Config) -> Kernel:
+def gen_matmul(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = None) -> Kernel:
+    """MatMul; ``qscale``: the int8-weight kernel ``matmul_q8`` for a constant rank-2 B equal to
+    ``q * qscale[output column]``."""
     g = _Gen(node, graph, cfg)
     a, b = node.inputs[0], node.inputs[1]
     g.check_float(a, b, node.outputs[0])
@@ -569,11 +752,20 @@ def gen_matmul(node: Node, graph: Graph, cfg: Config) -> Kernel:
     ac = "c" if a4[1] == y4[1] else "0.0"
     bn = "n" if b4[0] == y4[0] else "0.0"
     bc = "c" if b4[1] == y4[1] else "0.0"
-    la, lb = g.load(a), g.load(b)
-    code, loops = unrolled(K, lambda kk: f"acc += {la}({an}, {ac}, h, {kk}) * {lb}({bn}, {bc}, {kk}, w);")
+    la = g.load(a)
+    if qscale is not None:
+        if len(sb) != 2:
+            raise Decline("int8 weights need a rank-2 weight matrix")
+        q8 = _q8_matrix(g, node, b, False, qscale)
+        code, loops = q8.dot_loop(0, K, lambda kk: f"{la}({an}, {ac}, h, {kk})"), K // 4 + 1
+        result = q8.epilogue("acc")
+    else:
+        lb = g.load(b)
+        code, loops = unrolled(K, lambda kk: f"acc += {la}({an}, {ac}, h, {kk}) * {lb}({bn}, {bc}, {kk}, w);")
+        result = "acc"
     lines = ["float compute(float n, float c, float h, float w) {", "    float acc = 0.0;",
-             f"    {code}", "    return activate(acc);", "}"]
-    return g.finish("matmul", "\n".join(lines), ys, loops=loops)
+             f"    {code}", f"    return activate({result});", "}"]
+    return g.finish("matmul" if qscale is None else "matmul_q8", "\n".join(lines), ys, loops=loops)
 
 
 def activation_function(act: tuple[str, dict] | None) -> str:

@@ -14,11 +14,14 @@ bottom. Dequantize: ``(x - zero_point) * scale``, the subtraction exact, one flo
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 from ... import ops
 from ...graph import Graph, Node
-from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
+from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, gen_conv, gen_conv_transpose, gen_gemm, gen_matmul, lit
 
 # smallest normal float32: the RGBA8 encoding flushes smaller magnitudes to zero
 _FLT_MIN = float(np.finfo(np.float32).tiny)
@@ -76,6 +79,25 @@ def gen_qdq(node: Node, graph: Graph, cfg: Config) -> Kernel:
     return kernel
 
 
+def _int8_weights(float_gen: Callable[..., Kernel]) -> Callable[[Node, Graph, Config], Kernel]:
+    """The int8-weight candidate of a float generator: for a node whose weight is a folded
+    DequantizeLinear of 8-bit integers (``ops.quant.weight_scale``: the integer form's weights at
+    scale 1, or a float layer's with its scale per output channel)."""
+    def gen(node: Node, graph: Graph, cfg: Config) -> Kernel:
+        scale = ops.quant.weight_scale(node, graph)
+        if isinstance(scale, str):
+            raise Decline(scale)
+        return float_gen(node, graph, cfg, qscale=scale)
+
+    return gen
+
+
+REGISTRY.add("Conv", "conv_q8", _int8_weights(gen_conv), first=True)
+REGISTRY.add("ConvTranspose", "convtranspose_q8", _int8_weights(gen_conv_transpose), first=True)
+REGISTRY.add("ConvTranspose", "convtranspose_q8",
+             _int8_weights(functools.partial(gen_conv_transpose, one_tap=True)), first=True)
+REGISTRY.add("Gemm", "gemm_q8", _int8_weights(gen_gemm), first=True)
+REGISTRY.add("MatMul", "matmul_q8", _int8_weights(gen_matmul), first=True)
 REGISTRY.add("QuantizeLinear", "quantize", gen_qdq)
 REGISTRY.add("DequantizeLinear", "dequantize", gen_qdq)
 
