@@ -170,6 +170,9 @@ def device_class(fingerprint: Mapping[str, Any] | None) -> str:
 class Choice:
     variant: Variant
     why: str  # "tuned 2026-11-24", "measured at first use 2026-11-28", "default for llvmpipe", "forced"
+    # chosen for this very shape class (forced, or a `gpubackend tune` record), not a default or
+    # a device-wide record: a generator keeps it as it is
+    exact: bool = False
 
 
 def _digest(record: Mapping[str, Any]) -> str:
@@ -200,7 +203,7 @@ class Table:
             v = u.variant(forced_name)
             if v is None:
                 raise ValueError(f"tuning unit {unit!r} has no variant {forced_name!r}")
-            return Choice(v, "forced")
+            return Choice(v, "forced", exact=True)
         kind = "" if shape_class.startswith(DEVICE_WIDE) else u.kind_of(shape_class)
         for cls in dict.fromkeys((shape_class, device_wide_class(kind), DEVICE_WIDE)):
             key = record_key(self.path, unit, cls)
@@ -210,7 +213,9 @@ class Table:
             v = u.variant(str(rec.get("variant")))
             if v is not None:
                 when = str(rec.get("when", ""))[:10]
-                return Choice(v, f"measured at first use {when}" if cls.startswith(DEVICE_WIDE) else f"tuned {when}")
+                if cls.startswith(DEVICE_WIDE):
+                    return Choice(v, f"measured at first use {when}")
+                return Choice(v, f"tuned {when}", exact=True)
             warnings.warn(f"tuning record {key} names variant {rec.get('variant')!r}, which no longer exists; "
                           "using the default", TuningWarning, stacklevel=2)
             del self.records[key]

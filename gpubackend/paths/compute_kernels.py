@@ -177,7 +177,7 @@ def _choose_blocking(unit: str, shape_class: str, node: str, co4: int) -> tuning
     """The tuning choice of ``unit``; one that was not measured on this layer's shape class (a
     default, or the device-wide first-use record) is :func:`narrowed` to ``co4`` blocks."""
     choice = tuning.choose(unit, shape_class, node)
-    if choice.why.startswith(("tuned", "forced")):
+    if choice.exact:
         return choice
     fit = narrowed(unit, choice.variant, co4)
     if fit is choice.variant:
