@@ -35,6 +35,8 @@ from . import faults
 from .errors import DriverUnavailable
 
 GL_CONTEXT_ENV = "GPUBACKEND_GL_CONTEXT"
+SOFTWARE_THREADS_ENV = "GPUBACKEND_SOFTWARE_THREADS"
+LP_THREADS_ENV = "LP_NUM_THREADS"  # read by Mesa's llvmpipe and lavapipe when their screen is made
 
 EGL_DEFAULT_DISPLAY = 0
 EGL_NO_CONTEXT = 0
@@ -272,9 +274,43 @@ class _ThreadSlot:
 _local = threading.local()
 
 
+def software_driver_threads() -> int | None:
+    """The worker threads asked of Mesa's software drivers (llvmpipe, lavapipe) for this
+    process: ``LP_NUM_THREADS`` where the user set it; else ``GPUBACKEND_SOFTWARE_THREADS`` (a
+    number, or ``off`` to leave Mesa's default of one per CPU); else twice the CPUs this process
+    may run on. ``None``: Mesa's own default."""
+    if os.environ.get(LP_THREADS_ENV, "").strip():
+        return None
+    want = os.environ.get(SOFTWARE_THREADS_ENV, "").strip().lower()
+    if want in ("off", "0", "no", "false"):
+        return None
+    if want.isdigit():
+        return int(want)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 * cpus
+
+
+def configure_software_driver_threads() -> None:
+    """Before the process's first GL display or Vulkan instance (Mesa reads ``LP_NUM_THREADS``
+    when it makes a software screen, once per process): set ``LP_NUM_THREADS`` to
+    :func:`software_driver_threads` unless the user set it. With Mesa 22.3's default of one compute
+    worker per CPU, a 2-CPU machine ran the compute paths' dispatches on about one core (process
+    CPU time / wall time 1.0) and a process's p50 varied 2x from run to run; with twice as many
+    workers they used 1.6-1.8 cores: selfie p50 gles31 60-66 -> 38-43 ms, vulkan 104-111 ->
+    65-66 ms, three processes each (docs/performance.md). gles3's fragment pipeline did not change.
+    A hardware driver ignores the variable."""
+    if _state.get("lp_threads_done"):
+        return
+    _state["lp_threads_done"] = True
+    threads = software_driver_threads()
+    if threads is not None:
+        os.environ[LP_THREADS_ENV] = str(threads)
+
+
 def _create_attached_es(method: str) -> GLContext:
     import moderngl  # noqa: F401 - its ImportError is reported as such by gl_record
 
+    configure_software_driver_threads()
     if _state["egl"] is None:
         _state["egl"] = _Egl()
     egl: _Egl = _state["egl"]
@@ -314,6 +350,7 @@ def _attach_moderngl() -> Any:
 def _create_standalone() -> GLContext:
     import moderngl
 
+    configure_software_driver_threads()
     errors = []
     for kwargs in ({"backend": "egl"}, {}):
         try:
@@ -441,6 +478,7 @@ def kompute_manager(path: str = "vulkan") -> Any:
             import kp
         except Exception as e:  # noqa: BLE001
             raise DriverUnavailable(f"kp not importable: {e}") from e
+        configure_software_driver_threads()
         try:
             mgr = kp.Manager()
         except Exception as e:  # noqa: BLE001

@@ -17,6 +17,10 @@ os.environ.pop("GPUBACKEND_DISABLE", None)
 # again (seconds each), and the tests expect the device class's defaults unless they tune;
 # tests/test_tuning.py turns it on where it is under test.
 os.environ["GPUBACKEND_TUNE"] = "off"
+# Mesa's default worker threads (one per CPU): the xdist workers already keep every core busy
+# (the suite took 212 s with twice the threads per worker, 214 s without: no gain to have);
+# tests/test_probe.py checks gpubackend's default in a child process.
+os.environ["GPUBACKEND_SOFTWARE_THREADS"] = "off"
 
 
 @pytest.fixture(scope="module")

@@ -556,3 +556,36 @@ def test_probe_inside_the_child_does_not_recurse(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(runner.CHILD_ENV, "1")
     rep = cp.probe()
     assert rep.usable("gles31") and rep.preferred_path == "cpu" and "recursive" in rep.paths["gles3"].reason
+
+
+def test_software_driver_threads_respects_the_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capability_probe import contexts
+
+    monkeypatch.delenv("LP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(contexts.SOFTWARE_THREADS_ENV, raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    assert contexts.software_driver_threads() == 2 * cpus
+    monkeypatch.setenv(contexts.SOFTWARE_THREADS_ENV, "3")
+    assert contexts.software_driver_threads() == 3
+    monkeypatch.setenv(contexts.SOFTWARE_THREADS_ENV, "off")
+    assert contexts.software_driver_threads() is None
+    monkeypatch.setenv(contexts.SOFTWARE_THREADS_ENV, "5")
+    monkeypatch.setenv("LP_NUM_THREADS", "1")  # the user's own setting wins
+    assert contexts.software_driver_threads() is None
+
+
+def test_first_compute_context_asks_mesa_for_twice_the_cpus_unless_told() -> None:
+    code = textwrap.dedent("""
+        import os
+        from capability_probe import contexts
+        before = os.environ.get("LP_NUM_THREADS")
+        contexts.kompute_manager()
+        print(before, os.environ.get("LP_NUM_THREADS"), len(os.sched_getaffinity(0)))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("LP_NUM_THREADS", "GPUBACKEND_SOFTWARE_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    before, after, cpus = out.stdout.split()
+    assert (before, after) == ("None", str(2 * int(cpus))), out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "LP_NUM_THREADS": "1"}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split()[:2] == ["1", "1"], out.stderr[-2000:]
