@@ -873,7 +873,9 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
               ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
     taps = Binding("const", f"{node.name}/taps", _resize_taps(rec, xs), True)
     choice = tuning.choose("reads", f"resize c{tuning.bucket(xs[1])} px{tuning.bucket(ys[2] * ys[3])}", node.name)
-    tex = {**_input_texture(choice), "TEXT": 1} if _input_texture(choice) else {}
+    tex = _input_texture(choice)
+    if tex:
+        tex["TEXT"] = 1  # the tap table through a buffer texture too
     return [Kernel("resize", "compute/resize.comp", _variant(precision, **tex), params,
                    (Binding("in", x), Binding("out", y), taps), groups, local, node.name,
                    variant=choice.variant.name, variant_why=choice.why)]
