@@ -32,6 +32,16 @@ UNIT_CASES = {
         _node("gemm_37x29x21_transb", "gemm", "Gemm", [_u(37, 29), _u(21, 29), _u(21)], {"transB": 1}),
         _node("matmul_const_2x5x7_18", "matmul", "MatMul", [_u(2, 5, 7), _u(7, 18)], {}),
     ],
+    # Winograd F(2x2, 3x3) or the direct kernel on 3x3 stride-1 layers of >= 16 channels: odd
+    # output sizes (partial tiles), asymmetric pads, channels not a multiple of 4, batch 2
+    "conv3x3": [
+        _node("conv3x3_ci18_co21_h7_w9_batch2_relu", None, "Conv", [_u(2, 18, 7, 9), _u(21, 18, 3, 3),
+                                                                               _u(21)],
+              {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_act": ("Relu", {})}),
+        _node("conv3x3_ci16_co17_asymmetric_pads_no_bias_hardswish", None, "Conv",
+              [_u(1, 16, 6, 5), _u(17, 16, 3, 3)], {"kernel_shape": [3, 3], "pads": [0, 2, 1, 0],
+                                                     "_act": ("HardSwish", {})}),
+    ],
     "reads": [
         _node("depthwise3x3_stride2_c10_w13_batch2_relu6", "depthwise", "Conv",
               [_u(2, 10, 9, 13), _u(10, 1, 3, 3), _u(10)],
@@ -253,7 +263,8 @@ def test_device_wide_record_serves_classes_without_their_own(cache) -> None:
     assert again.choose("gemm", "ci64 co64 rows1024").variant.name == "px8cb2"
     assert not again.first_use_pending()
     assert tuning.device_wide_lines(FP)[0] == ("kernel variants on vulkan: conv bx8cb2 (measured at first use "
-                                               f"{got.why[-10:]}), gemm px8cb2 (measured at first use "
+                                               f"{got.why[-10:]}), conv3x3 winograd (default for lavapipe), "
+                                               f"gemm px8cb2 (measured at first use "
                                                f"{got.why[-10:]}), gemm [rows<=16] px4cb4 (measured at first use "
                                                f"{got.why[-10:]}), reads ssbo (default for lavapipe)")
     assert tuning.load("vulkan", FP, forced={"conv": "bx16cb1"}).choose("conv", "k3x3 c").why == "forced"

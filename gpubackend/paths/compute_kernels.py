@@ -190,6 +190,8 @@ DW3_BX = 4  # the 3x3 strip variant (K3S = stride 1 or 2)
 CONVT_CB = 2
 CONVT_PX = 8  # input pixels per invocation of the non-overlapping ConvTranspose (convtranspose_tap)
 MAX_GROUPS = 65535
+# a scratch buffer no larger than Vulkan's guaranteed storage-buffer range (2**27 bytes)
+MAX_SCRATCH_BYTES = 1 << 27
 
 
 Decline = ops.Decline  # one decline type for every path (gpubackend.ops)
@@ -203,13 +205,16 @@ class Binding:
     ``fp32``: stored as float32 whatever the precision (convolution weights and biases: the
     shaders declare them ``vec4``, which saves unpacking in the inner loop).
     ``transform``: for an "in" binding of a graph input used as weights (ONNX allows runtime
-    weights), the host-side packing applied to the fed array at upload instead of :func:`pack`."""
+    weights), the host-side packing applied to the fed array at upload instead of :func:`pack`.
+    ``shape``: for a scratch tensor a generator names itself (not in the graph: Winograd's
+    transformed operands), the packed shape its buffer is sized by."""
 
     role: str
     name: str
     data: np.ndarray | None = None
     fp32: bool = False
     transform: Callable[[np.ndarray], np.ndarray] | None = None
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -293,6 +298,12 @@ def unpack(data: np.ndarray, shape: tuple[int, ...], dtype: np.dtype | type = np
     outer = [d for k, d in enumerate(s4) if k != pa]
     arr = np.asarray(data).reshape(*outer, -1)[..., :c].astype(np.float32, copy=False)
     return np.ascontiguousarray(np.moveaxis(arr, -1, pa)).reshape(shape).astype(dtype, copy=False)
+
+
+def scratch_shapes(records: list[Record]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the scratch tensors the records write (bindings with their own ``shape``):
+    the runtimes size their buffers from these, every other tensor from the graph."""
+    return {b.name: b.shape for r in records if isinstance(r, Kernel) for b in r.bindings if b.shape is not None}
 
 
 def tensor_dtype(graph: Graph, name: str) -> np.dtype:
@@ -628,6 +639,93 @@ def _conv_like(node: Node, graph: Graph, precision: str, transpose: bool) -> lis
 
 def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
     return _conv_like(node, graph, precision, False)
+
+
+# Winograd F(2x2, 3x3) (Lavin and Gray's minimal filtering) for 3x3 stride-1 undilated ungrouped
+# convolutions: the input transform (winograd_in.comp), 16 GEMMs of the transformed operands in one
+# dispatch (gemm.comp BATCH, the gemm unit's blocking) and the output transform with bias and
+# epilogue (winograd_out.comp): 16 multiplies per 2x2 output tile and input channel instead of 36.
+# The tuning unit conv3x3 chooses it over the direct kernel per layer shape class (`gpubackend
+# tune`); the default is Winograd wherever it applies: against the untuned direct kernel it took
+# 0.2-0.8x the time on llvmpipe (gles31) and 0.3-0.7x on lavapipe for 16-256 channels at 10x10 to
+# 128x128 (interleaved, under load; docs/performance.md). Not measured on a real GPU.
+WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+WINOGRAD_MIN_CHANNELS = 16
+tuning.register("conv3x3", [tuning.Variant("direct", ()), tuning.Variant("winograd", (("WINOGRAD", 1),))],
+                {"*": "winograd"})
+
+
+def winograd_weights(w: np.ndarray, cob: int) -> np.ndarray:
+    """(co, ci, 3, 3) weights -> the 16 transformed weight matrices G g G^T, entry k = 4a + b of
+    the 4x4 transform each packed as gemm.comp's [co4][ci4] blocks (``cob`` blocks, zero padded)."""
+    u = np.einsum("ak,ockl,bl->aboc", WINOGRAD_G, np.asarray(w, np.float64), WINOGRAD_G)
+    return np.concatenate([_pack_blocks(u[a, b].astype(np.float32)[:, :, None, None], cob)
+                           for a in range(4) for b in range(4)])
+
+
+def _tile_grid(c4: int, tw: int, rows: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Winograd transform dispatch: x = channel block, y = tile column, z = one workgroup per tile
+    row (uniform, so its division is not done per lane)."""
+    lx = _pow2_at_least(c4, 64)
+    ly = _pow2_at_least(tw, max(1, 64 // lx))
+    groups = (-(-c4 // lx), -(-tw // ly), rows)
+    if max(groups) > MAX_GROUPS:
+        raise Decline(f"dispatch of {groups} workgroups exceeds {MAX_GROUPS} per axis")
+    return groups, (lx, ly, 1)
+
+
+def _conv_winograd(node: Node, graph: Graph, precision: str) -> list[Record]:
+    g = _conv_geometry(node, graph)
+    if (g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"], g["group"]) != (3, 3, 1, 1, 1, 1, 1):
+        raise Decline("not a 3x3 stride-1 undilated ungrouped convolution")
+    ci, co = g["ci"], g["co"]
+    if min(ci, co) < WINOGRAD_MIN_CHANNELS:
+        raise Decline(f"fewer than {WINOGRAD_MIN_CHANNELS} input or output channels")
+    shape_class = f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} px{tuning.bucket(g['oh'] * g['ow'])}"
+    choice = tuning.choose("conv3x3", shape_class, node.name)
+    if not dict(choice.variant.defines).get("WINOGRAD"):
+        raise Decline(f"the direct kernel is chosen ({choice.why})")
+    if precision != "fp32":
+        raise Decline("Winograd keeps fp32 storage only (its transformed operands would round to fp16)")
+    ci4, co4 = (ci + 3) // 4, (co + 3) // 4
+    th, tw = (g["oh"] + 1) // 2, (g["ow"] + 1) // 2
+    tiles = g["n"] * th * tw
+    v_shape, m_shape = (16, ci4 * 4, tiles, 1), (16, co4 * 4, tiles, 1)
+    if max(vec4_count(v_shape), vec4_count(m_shape)) * 16 > MAX_SCRATCH_BYTES:
+        raise Decline(f"its transformed operands would exceed {MAX_SCRATCH_BYTES} bytes")
+    vname, mname = f"{node.name}/winograd_v", f"{node.name}/winograd_m"
+    reads = tuning.choose("reads", f"winograd ci{tuning.bucket(ci)} px{tuning.bucket(g['ih'] * g['iw'])}",
+                          node.name)
+    groups, local = _tile_grid(ci4, tw, g["n"] * th)
+    transform_in = Kernel("conv_winograd", "compute/winograd_in.comp",
+                          _variant(precision, **_input_texture(reads)),
+                          (("ih", g["ih"]), ("iw", g["iw"]), ("ci4", ci4), ("th", th), ("tw", tw), ("pt", g["pt"]),
+                           ("pl", g["pl"]), ("tiles", tiles)),
+                          (Binding("in", node.inputs[0]), Binding("out", vname, shape=v_shape)), groups, local,
+                          node.name, reads.variant.name, reads.why)
+    blocking = _choose_blocking("gemm", _gemm_class(ci, co, tiles), node.name, co4)
+    px, cb = blocking.variant.define("PX"), blocking.variant.define("CB")
+    cob = -(-co4 // cb)
+    groups, local = _grid_rows(-(-tiles // px), cob, 16, blocking.variant.local, _sg_lanes(blocking.variant))
+    products = Kernel("conv_winograd", "compute/gemm.comp",
+                      _variant(precision, ACT=0, BATCH=1, **dict(blocking.variant.defines)),
+                      (("rows", tiles), ("ci4", ci4), ("co4", co4), ("co", co), ("cob", cob), ("act0", 0.0),
+                       ("act1", 0.0), ("oc4s", co4), ("oc4o", 0)),
+                      (Binding("in", vname),
+                       _source(graph, node, 1, "the weight", f"{node.name}/wino_w",
+                               lambda w: winograd_weights(w, cob * cb)),
+                       Binding("const", f"{node.name}/wino_zero", np.zeros((cob * cb, 4), np.float32), True),
+                       Binding("out", mname, shape=m_shape)), groups, local, node.name,
+                      f"winograd {blocking.variant.name}", f"{choice.why}; blocking {blocking.why}")
+    act, a0, a1 = _act(g["act"])
+    groups, local = _tile_grid(co4, tw, g["n"] * th)
+    transform_out = Kernel("conv_winograd", "compute/winograd_out.comp", _variant(precision, ACT=act),
+                           (("oh", g["oh"]), ("ow", g["ow"]), ("co4", co4), ("co", co), ("th", th), ("tw", tw),
+                            ("tiles", tiles), ("act0", a0), ("act1", a1), ("oc4s", co4), ("oc4o", 0)),
+                           (Binding("in", mname),
+                            _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, co, co4)),
+                            Binding("out", node.outputs[0])), groups, local, node.name)
+    return [transform_in, products, transform_out]
 
 
 def _convtranspose_taps(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -996,40 +1094,42 @@ def _layout(node: Node, graph: Graph, precision: str) -> list[Record]:
 
 
 _VIEW_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/convtranspose_tap.comp",
-                 "compute/resize.comp", "compute/gemm.comp", "compute/depthwise.comp", "compute/pool.comp"}
+                 "compute/resize.comp", "compute/gemm.comp", "compute/depthwise.comp", "compute/pool.comp",
+                 "compute/winograd_out.comp"}
 
 
 def _record_index(records: list[Record]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """(readers per tensor, index of the record writing each tensor, records per node)."""
+    """(readers per tensor, index of the record writing each tensor, records writing each tensor:
+    more than one where several dispatches share an output, as a Concat's copies do)."""
     readers: dict[str, int] = {}
     producer: dict[str, int] = {}
-    per_node: dict[str, int] = {}
+    writers: dict[str, int] = {}
     for i, r in enumerate(records):
         if isinstance(r, Alias):
             readers[r.src] = readers.get(r.src, 0) + 1
             continue
-        per_node[r.node] = per_node.get(r.node, 0) + 1
         for b in r.bindings:
             if b.role == "in":
                 readers[b.name] = readers.get(b.name, 0) + 1
             elif b.role == "out":
                 producer[b.name] = i
-    return readers, producer, per_node
+                writers[b.name] = writers.get(b.name, 0) + 1
+    return readers, producer, writers
 
 
 # Shaders whose finished sums go through compute/epilogue.glsl (ACT, GATE).
 _EPILOGUE_KERNELS = {"compute/conv.comp", "compute/convtranspose.comp", "compute/convtranspose_tap.comp",
-                     "compute/gemm.comp", "compute/depthwise.comp"}
+                     "compute/gemm.comp", "compute/depthwise.comp", "compute/winograd_out.comp"}
 # Activations an epilogue applies as a gate, y = x * act(x) (GATE): Sigmoid, for SiLU.
 GATE_ACTS = ("Sigmoid",)
 
 
 def fuse_gates(records: list[Record], keep: set[str]) -> list[Record]:
-    """SiLU written as two nodes, s = Sigmoid(t) then z = Mul(t, s) (YOLOv8's conv blocks), after a
-    single-dispatch kernel with an epilogue (conv, gemm, depthwise, ConvTranspose) that writes t
-    with no activation: that kernel writes z itself (GATE, z = t * Sigmoid(t)) and the unary and
+    """SiLU written as two nodes, s = Sigmoid(t) then z = Mul(t, s) (YOLOv8's conv blocks), after
+    the one kernel writing t, with an epilogue (conv, gemm, depthwise, ConvTranspose, Winograd's
+    last pass) and no activation: that kernel writes z itself (GATE, z = t * Sigmoid(t)) and the unary and
     binary dispatches are dropped. Only when t and s are read by nothing else and not in ``keep``."""
-    readers, producer, per_node = _record_index(records)
+    readers, producer, writers = _record_index(records)
     gate_codes = {ACT_CODES[a] for a in GATE_ACTS}
     muls: dict[frozenset[str], int] = {}
     for j, r in enumerate(records):
@@ -1049,7 +1149,7 @@ def fuse_gates(records: list[Record], keep: set[str]) -> list[Record]:
                 or readers.get(s) != 1 or out[j] is None:
             continue
         prod = out[p]
-        if not isinstance(prod, Kernel) or prod.shader not in _EPILOGUE_KERNELS or per_node[prod.node] != 1 \
+        if not isinstance(prod, Kernel) or prod.shader not in _EPILOGUE_KERNELS or writers[t] != 1 \
                 or dict(prod.defines).get("ACT", 0) != 0 or "GATE" in dict(prod.defines):
             continue
         extra = dict(prod.defines, ACT=dict(u.defines)["ACT"], GATE=1)
@@ -1064,12 +1164,12 @@ def fuse_gates(records: list[Record], keep: set[str]) -> list[Record]:
 
 
 def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
-    """Channel Concat without copies where possible: an input produced by a single-dispatch
-    kernel that writes through an output view (``oc4s``/``oc4o``), read by nothing but the
+    """Channel Concat without copies where possible: an input written by one kernel only, which
+    writes through an output view (``oc4s``/``oc4o``), read by nothing but the
     Concat and not in ``keep`` (tensors needed outside), at a channel offset that is a multiple
     of 4 (and with a multiple of 4 channels unless it is the last input), is written straight
     into the Concat's output; its copy dispatch is dropped. Other inputs keep their copy."""
-    readers, producer, per_node = _record_index(records)
+    readers, producer, writers = _record_index(records)
     out: list[Record | None] = list(records)
     for i, r in enumerate(records):
         if not isinstance(r, Kernel) or r.kernel != "concat":
@@ -1082,7 +1182,7 @@ def elide_concats(records: list[Record], keep: set[str]) -> list[Record]:
                 or (p["in_c"] % 4 and p["coff"] + p["in_c"] != p["out_c"])):
             continue
         prod = out[j]
-        if not isinstance(prod, Kernel) or prod.shader not in _VIEW_KERNELS or per_node[prod.node] != 1:
+        if not isinstance(prod, Kernel) or prod.shader not in _VIEW_KERNELS or writers[src.name] != 1:
             continue
         params = tuple((k, p["out_c4s"] if k == "oc4s" else p["coff"] // 4 if k == "oc4o" else v)
                        for k, v in prod.params)
@@ -1109,7 +1209,7 @@ def _check(node: Node, graph: Graph) -> str | None:
 
 # Candidates per op type, most specialised first: (kernel name, generator(node, graph, precision)).
 REGISTRY = KernelRegistry("compute", {
-    "Conv": [("conv1x1", _conv1x1), ("depthwise", _depthwise), ("conv", _conv)],
+    "Conv": [("conv1x1", _conv1x1), ("depthwise", _depthwise), ("conv_winograd", _conv_winograd), ("conv", _conv)],
     # one kernel name for both (per-kernel verdicts and conformance cases name "convtranspose")
     "ConvTranspose": [("convtranspose", _convtranspose_taps), ("convtranspose", _convtranspose)],
     "Gemm": [("gemm", _gemm)],
@@ -1164,13 +1264,19 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
         out.append(("compute/concat.comp", _variant(prec, CHANNELS=1)))
         if prec == "fp16":  # the pooled mean kept fp32 (compute_mixed)
             out.append(("compute/globalpool.comp", _variant(prec, Y32=1)))
+    # Winograd (fp32 only): its transforms, and the 16 GEMMs in one dispatch with the gemm blockings
+    out.append(("compute/winograd_in.comp", _variant("fp32")))
+    out += [("compute/winograd_out.comp", _variant("fp32", **epi)) for epi in epilogues]
+    out += [("compute/gemm.comp", _variant("fp32", ACT=0, BATCH=1, **dict(d)))
+            for d in sorted({d for v in tuning.variants("gemm") for d in shader_blockings(v.defines)})]
     return out + compute_ops.variants() + compute_exact.variants() + compute_quant.variants(PRECISIONS, fused)
 
 
 __all__ = ["Alias", "Binding", "Decline", "GATE_ACTS", "Kernel", "REGISTRY", "Record", "as_storage", "elide_concats",
            "fuse_gates", "generate",
            "glsl_source",
-           "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "storage_bytes", "unpack", "variant_notes",
+           "mem_dims", "pack", "pack_params", "param_layout", "same_layout", "scratch_shapes", "storage_bytes",
+           "unpack", "variant_notes", "winograd_weights",
            "variants",
            "vec4_count", "view4"]
 

@@ -232,10 +232,11 @@ class Gles31Segment(Segment):
         self._plain_inputs = [n for n in self.inputs if n in plain]
 
         size: dict[str, int] = {}
+        scratch = ck.scratch_shapes(records)
 
         def size_of(name: str) -> int:
             if name not in size:
-                shape = graph.shape(name)
+                shape = scratch.get(name) or graph.shape(name)
                 if shape is None:
                     raise ValueError(f"gles31: no static shape for {name!r}")
                 size[name] = ck.storage_bytes(tuple(shape), compute_mixed.storage(name, kept, prec))

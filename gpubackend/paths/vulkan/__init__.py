@@ -79,7 +79,7 @@ def _check_shipped(records: list[ck.Record], graph: Graph, precision: str) -> st
                 if b.role == "const" and b.data is not None:
                     nbytes = int(np.asarray(b.data).size) * 4
                 else:
-                    shape = graph.shape(b.name)
+                    shape = b.shape or graph.shape(b.name)
                     nbytes = ck.storage_bytes(tuple(shape), precision) if shape is not None else 0
                 if nbytes > MAX_BUFFER_BYTES:
                     return f"{b.name!r} needs a {nbytes}-byte buffer (maxStorageBufferRange {MAX_BUFFER_BYTES})"
@@ -180,7 +180,7 @@ class VulkanSegment(Segment):
                         raise ValueError(f"vulkan: {rec.node} reads {b.name!r}, produced by no earlier node")
                     bindings.append(buf(b.name))
                 else:
-                    shape = tuple(int(d) for d in graph.shape(b.name) or ())
+                    shape = tuple(int(d) for d in b.shape or graph.shape(b.name) or ())
                     prog.add_buffer(self._spec(b.name, shape, "output" if b.name in outs else "temp"))
                     bindings.append(b.name)
             push = push_words(rec)
