@@ -84,7 +84,8 @@ def ort_session(model: onnx.ModelProto, threads: int = 0) -> object:
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def stored_tensors(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> tuple[list[str], list[str], list[str]]:
+def stored_tensors(model: onnx.ModelProto,
+                   shapes: Mapping[str, tuple[int, ...]]) -> tuple[list[str], list[str], list[str]]:
     """(float graph inputs, node outputs ``precision="fp16"`` stores in fp16, those the static
     rule keeps fp32) for ``model`` specialised to the input ``shapes``: node outputs of
     gpubackend's optimised graph that are also tensors of ``model`` (fusion removes some)."""
@@ -202,12 +203,16 @@ def calibrate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], tolerance
                        err <= target, harm)
 
 
-def byte_share(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], names: Iterable[str]) -> float:
-    """The share of activation bytes held in fp32 under ``precision="fp16"`` with ``names``
-    planned (and the static rule's tensors) for ``model`` at input ``shapes``."""
-    graph = to_graph(model, shapes)
-    graph.fp32_plan = frozenset(names)
-    return mixed_precision.fp32_byte_share(graph.nodes, graph, mixed_precision.fp32_tensors(graph.nodes, graph))
+def path_error(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], path: str, keep: Iterable[str]) -> float:
+    """The real error of ``path`` at ``precision="fp16"`` with ``keep`` as the precision plan,
+    against onnxruntime in fp32 on ``feeds`` (the check that a simulated plan holds on a GPU)."""
+    from .options import SessionOptions
+    from .session import Session
+
+    ref = ort_session(model).run(None, dict(feeds))  # type: ignore[attr-defined]
+    opts = SessionOptions(precision_plan=list(keep))
+    with Session(model.SerializeToString(), path=path, precision="fp16", options=opts) as sess:
+        return output_error(sess.run(dict(feeds)), ref)
 
 
 def storage_error(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], keep: Iterable[str] = (),
