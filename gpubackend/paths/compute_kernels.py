@@ -1163,9 +1163,9 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
                     for cb in (1, CONVT_CB)]
         for act in ACT_CODES.values():
             out += [("compute/unary.comp", _variant(prec, ACT=act, **flat)) for flat in ({}, {"FLAT": 1})]
-        if prec == "fp16":
-            out += [("compute/unary.comp", _variant(prec, ACT=0, **flat, **{wide: 1}))
-                    for flat in ({}, {"FLAT": 1}) for wide in ("X32", "Y32")]
+        # ACT 0 (a copy): the casts of compute_mixed, and their plain forms
+        out += [("compute/unary.comp", _variant(prec, ACT=0, **flat, **wide))
+                for flat in ({}, {"FLAT": 1}) for wide in ([{}, {"X32": 1}, {"Y32": 1}] if prec == "fp16" else [{}])]
         for bop in ew.BOP_CODES.values():
             for index in ({}, {"FLAT": 1}, {"CHAN": 1}, {"CHAN": 2}):
                 out.append(("compute/binary.comp", _variant(prec, BOP=bop, **index)))

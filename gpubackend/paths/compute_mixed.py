@@ -33,7 +33,7 @@ from . import compute_kernels as ck
 
 # kernel -> (binding roles that may be fp32 beside fp16 ones, the define per binding index)
 _MIXED = {"binary": ("in", {0: "A32", 1: "B32"}), "globalpool": ("out", {1: "Y32"}), "reduce": ("out", {2: "Y32"})}
-_STORAGE_DEFINES = {"FP16", "A32", "B32", "Y32", "FP16_COMPUTE"}
+_STORAGE_DEFINES = {"FP16", "A32", "B32", "X32", "Y32", "FP16_COMPUTE"}
 WIDE = "#fp32"  # suffix of a tensor's fp32 copy around a kernel that runs in fp32 for a planned tensor
 
 
