@@ -1,5 +1,6 @@
-"""The ``gpubackend`` command: ``run``, ``probe``, ``bench``, ``tune``, ``conformance``, ``segment``, ``zoo``. Each
-subcommand lives in ``gpubackend/commands/<name>.py`` and exposes ``register(subparsers)``."""
+"""The ``gpubackend`` command: ``run``, ``probe``, ``bench``, ``tune``, ``conformance``, ``segment``, ``zoo``,
+``calibrate-fp16``. Each subcommand lives in ``gpubackend/commands/<name>.py`` (``-`` written ``_``) and exposes
+``register(subparsers)``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from . import __version__
 from .errors import GpuBackendError
 
-COMMANDS = ("run", "probe", "bench", "tune", "conformance", "segment", "zoo")
+COMMANDS = ("run", "probe", "bench", "tune", "conformance", "segment", "zoo", "calibrate_fp16")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,6 +38,8 @@ class Graph:
     fused: dict[str, list[str]] = field(default_factory=dict)  # node name -> names folded into it
     # folded constant -> ops.quant.DequantizedWeight: the constant was DequantizeLinear of integers
     dequantized: dict[str, Any] = field(default_factory=dict)
+    # activations a precision plan keeps fp32 under precision="fp16" (gpubackend.mixed_precision)
+    fp32_plan: frozenset[str] = frozenset()
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}

@@ -1,5 +1,7 @@
 """The mixed-precision policy of ``precision="fp16"``: which activations a path keeps in fp32 while
-it stores the others in fp16, decided statically from the graph (shapes only, no calibration).
+it stores the others in fp16. Two sources: a static rule from the graph's shapes, and a
+*precision plan* (``SessionOptions.precision_plan``: tensor names, or a JSON file that
+``gpubackend calibrate-fp16`` writes from measurements, :mod:`gpubackend.fp16_calibration`).
 
 Rule (from per-tensor fp16-storage runs of the zoo, ``tools/fp16_storage_sim.py --keep-small``):
 tensors of at most :data:`SMALL_TENSOR_ELEMENTS` elements stay fp32. They are pooled features,
@@ -7,7 +9,8 @@ squeeze-excite vectors and their gates: one value scales a whole channel plane, 
 error reaches every pixel of that channel (selfie_segmentation's fp16-storage floor drops from
 5.0e-2 to 1.6e-2 with them in fp32), while they hold a negligible share of activation bytes.
 The OCR detectors' fp16 losses are spread over their large feature maps; no static rule for
-those is known yet.
+those is known, hence the calibrated plan: the session puts its names on the graph
+(``Graph.fp32_plan``), so every question below answers the same for them.
 
 A path applies the policy where it can store tensors in different formats within one segment
 (gles3: RGBA32F beside RGBA16F textures; gles31 / vulkan: ``paths/compute_mixed.py``; segment
@@ -19,24 +22,35 @@ graph's own inputs and outputs keep fp16.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from collections.abc import Iterable
 
 import numpy as np
+import onnx
 
+from .errors import OptionError
 from .graph import Graph, Node
 
 SMALL_TENSOR_ELEMENTS = 4096
 REASON_SMALL = f"at most {SMALL_TENSOR_ELEMENTS} elements (pooled features, channel gates)"
+REASON_CALIBRATED = "calibrated (precision plan)"
+PLAN_FORMAT = "gpubackend-precision-plan"
+
+PlanLike = str | os.PathLike | Iterable[str]
 
 
 def keeps_fp32(name: str, graph: Graph) -> str | None:
     """Why the node output ``name`` stays fp32 under ``precision="fp16"`` (None: stored fp16).
-    Decided from the graph alone (shape and dtype), so a path's kernel generators, which see one
-    node at a time, and its segments agree on every tensor."""
+    Decided from the graph alone (shape, dtype and ``graph.fp32_plan``), so a path's kernel
+    generators, which see one node at a time, and its segments agree on every tensor."""
     shape = graph.shape(name) if name else None
     if shape is None or None in shape or np.dtype(graph.dtypes.get(name, np.float32)).kind != "f":
         return None
-    return REASON_SMALL if math.prod(shape) <= SMALL_TENSOR_ELEMENTS else None
+    if math.prod(shape) <= SMALL_TENSOR_ELEMENTS:
+        return REASON_SMALL
+    return REASON_CALIBRATED if name in graph.fp32_plan else None
 
 
 def fp32_tensors(nodes: list[Node], graph: Graph) -> dict[str, str]:
@@ -48,6 +62,14 @@ def fp32_tensors(nodes: list[Node], graph: Graph) -> dict[str, str]:
             if why is not None:
                 keep[name] = why
     return keep
+
+
+def planned_inputs(graph: Graph) -> dict[str, str]:
+    """The graph's float inputs that the precision plan keeps fp32: a path uploads them as fp32
+    (the static rule never keeps an input: selfie_segmentation's rounded input image alone puts
+    it past 2e-2)."""
+    return {n: REASON_CALIBRATED for n in graph.inputs
+            if n in graph.fp32_plan and np.dtype(graph.dtypes.get(n, np.float32)).kind == "f"}
 
 
 def fp32_byte_share(nodes: list[Node], graph: Graph, keep: dict[str, str]) -> float:
@@ -76,3 +98,51 @@ def describe(nodes: list[Node], graph: Graph, keep: dict[str, str]) -> str:
     listed = "; ".join(f"{k} {why}" for why, k in reasons.items())
     return (f"mixed precision: {len(keep)} of {outs} activations kept fp32 ({listed}), "
             f"{fp32_byte_share(nodes, graph, keep):.2%} of activation bytes")
+
+
+def read_plan(plan: PlanLike) -> tuple[frozenset[str], str]:
+    """(the tensor names, where they came from) of a precision plan: a path to a JSON plan
+    (``{"format": "gpubackend-precision-plan", "keep_fp32": [...], ...}``, as
+    :func:`write_plan` writes it) or the names themselves. OptionError names a file that cannot
+    be read or is not a plan."""
+    if isinstance(plan, (str, os.PathLike)):
+        try:
+            with open(plan, encoding="utf-8") as f:
+                data = json.load(f)
+        except OSError as exc:
+            raise OptionError(f"precision plan {os.fspath(plan)!r} cannot be read: {exc}") from exc
+        except ValueError as exc:
+            raise OptionError(f"precision plan {os.fspath(plan)!r} is not JSON: {exc}") from exc
+        names = data.get("keep_fp32") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT or not isinstance(names, list) \
+                or not all(isinstance(n, str) for n in names):
+            raise OptionError(f"precision plan {os.fspath(plan)!r} is not a {PLAN_FORMAT} file (a JSON object "
+                              f"with \"format\": \"{PLAN_FORMAT}\" and \"keep_fp32\": a list of tensor names)")
+        return frozenset(names), f"plan {os.path.basename(os.fspath(plan))}"
+    names = list(plan)
+    if not all(isinstance(n, str) for n in names):
+        raise OptionError(f"precision_plan must be a JSON file's path or a list of tensor names, not {plan!r}")
+    return frozenset(names), "names given"
+
+
+def write_plan(path: str | os.PathLike, names: Iterable[str], **about: object) -> None:
+    """Write a precision plan that :func:`read_plan` reads: the names, and ``about`` (how it was
+    made: model, input, tolerance, errors) for people."""
+    data = {"format": PLAN_FORMAT, "version": 1, **about, "keep_fp32": sorted(names)}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def check_plan(names: frozenset[str], proto: onnx.ModelProto) -> None:
+    """OptionError naming the plan's names that are neither a node output nor an input of
+    ``proto`` (a plan made for another model, or a typo): a name that matched nothing would
+    silently keep nothing fp32."""
+    initializers = {i.name for i in proto.graph.initializer}
+    known = {o for n in proto.graph.node for o in n.output if o} | {
+        i.name for i in proto.graph.input if i.name not in initializers}
+    unknown = sorted(names - known)
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:8])) + (f" and {len(unknown) - 8} more" if len(unknown) > 8 else "")
+        raise OptionError(f"precision plan: {len(unknown)} name(s) are neither a node output nor an input of the "
+                          f"model: {shown}")

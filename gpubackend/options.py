@@ -80,6 +80,10 @@ class SessionOptions:
     - ``precision``: "fp32" or "fp16" GPU storage; "fp16-compute": fp16 storage and fp16
       arithmetic where the probe verified the device has it (``gpubackend.paths.fp16_compute``;
       today it runs as fp32 arithmetic everywhere, and ``explain()`` says so).
+    - ``precision_plan``: under fp16, activations kept fp32 beside the static small-tensor rule
+      (:mod:`gpubackend.mixed_precision`): a list of tensor names (node outputs of the model), or
+      the path of a JSON plan written by ``gpubackend calibrate-fp16``. A name that is no node
+      output of the model is an OptionError; under fp32 the plan changes nothing.
     - ``fallback``: unsupported or failing nodes run on the CPU (False: raise instead).
     - ``cpu_engine``: the CPU path's engine: "auto" (onnxruntime when installed, else numpy),
       "onnxruntime" or "numpy" (the ``fallback`` kernels); ``GPUBACKEND_CPU_ENGINE`` overrides it.
@@ -135,6 +139,7 @@ class SessionOptions:
     path: str = "auto"
     providers: Sequence[str] | None = None
     precision: str = "fp32"
+    precision_plan: str | os.PathLike | Sequence[str] | None = None
     fallback: bool = True
     cpu_engine: str = "auto"
     free_dimension_overrides: dict[str, int] = field(default_factory=dict)
@@ -203,6 +208,10 @@ class SessionOptions:
                 raise OptionError(f"providers {bad} are not path keys ({', '.join(PATH_KEYS)})")
         if self.precision not in PRECISIONS:
             raise OptionError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
+        plan = self.precision_plan
+        if plan is not None and not isinstance(plan, (str, os.PathLike)) and (
+                not isinstance(plan, Sequence) or not all(isinstance(n, str) for n in plan)):
+            raise OptionError(f"precision_plan must be a JSON plan's path or a list of tensor names, not {plan!r}")
         if self.cpu_engine not in CPU_ENGINES:
             raise OptionError(f"cpu_engine must be one of {CPU_ENGINES}, not {self.cpu_engine!r}")
         if self.thread not in THREAD_MODES:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import onnx
 
-from . import isolation, kernel_check, limits, ops, tuning, worker
+from . import isolation, kernel_check, limits, mixed_precision, ops, tuning, worker
 from .device_tensor import DeviceTensor, GLTextureTensor
 from .errors import DeviceError, GpuBackendError, InputError, ModelError, OptionError, PathUnavailableError
 from .graph import Graph, Node
@@ -167,8 +167,9 @@ class Session:
         self._lock = threading.RLock()
         self._async: ThreadPoolExecutor | None = None
         self._proto = override_free_dimensions(load_model(model), opts.free_dimension_overrides)
-        self._base_graph = to_graph(self._proto, input_shapes)
         self._notes: list[str] = []
+        self._fp32_plan = self._read_precision_plan()
+        self._base_graph = self._graph(input_shapes)
         integer_layers = ops.quant.integer_sums(self._base_graph)
         if self.precision != "fp32" and integer_layers:
             self._notes.append(f"precision {self.precision} requested: {len(integer_layers)} quantized layers run "
@@ -196,6 +197,25 @@ class Session:
             key = (tuple(tuple(s) for s in static.values()), (), ())  # type: ignore[union-attr]
             self._current = self._device(self._variant, key, static)
         self.creation_seconds = time.perf_counter() - t0
+
+    def _read_precision_plan(self) -> frozenset[str]:
+        """The names of ``options.precision_plan``, checked against the model (OptionError for a
+        name no node outputs); empty without a plan or under fp32."""
+        if self.options.precision_plan is None:
+            return frozenset()
+        names, source = mixed_precision.read_plan(self.options.precision_plan)
+        mixed_precision.check_plan(names, self._proto)
+        if self.precision == "fp32":
+            self._notes.append(f"precision plan ({source}, {len(names)} tensors) ignored: precision is fp32")
+            return frozenset()
+        self._notes.append(f"precision plan ({source}): {len(names)} activations kept fp32 beside the static rule "
+                           "(the lines per segment count those that segment stores)")
+        return names
+
+    def _graph(self, shapes: Mapping[str, Any] | None, values: Mapping[str, np.ndarray] | None = None) -> Graph:
+        g = to_graph(self._proto, shapes, values)
+        g.fp32_plan = self._fp32_plan
+        return g
 
     # ---- threads -----------------------------------------------------------------------
     def _thread_mode(self) -> str:
@@ -446,7 +466,7 @@ class Session:
             return self._variants[key]
         g = self._base_graph
         if values or any(g.input_shapes.get(n) != tuple(s) for n, s in shapes.items()):
-            g = to_graph(self._proto, {n: tuple(s) for n, s in shapes.items()}, values)
+            g = self._graph({n: tuple(s) for n, s in shapes.items()}, values)
         if outputs:
             g = _needed_for(g, list(outputs))
         limits.check(g, self.options.resource_limits())  # before anything is allocated

@@ -878,16 +878,26 @@ def _unary(node: Node, graph: Graph, precision: str) -> list[Record]:
     if isinstance(resolved, str):
         raise Decline(resolved)
     key, a0, a1 = resolved
-    code = ew.ACT_CODES[key]
     x = node.inputs[0]
-    shape = _float_tensor(graph, x)
+    return [_unary_record(x, node.outputs[0], _float_tensor(graph, x), precision, ew.ACT_CODES[key], a0, a1,
+                          node.name)]
+
+
+def _unary_record(x: str, y: str, shape: tuple[int, ...], precision: str, code: int, a0: float, a1: float,
+                  node: str, **wide: int) -> Kernel:
     d0, d1, d2, c4, c = mem_dims(shape)
     total = d0 * d1 * d2 * c4
     groups, local = _grid_flat(total)
     flat = {"FLAT": 1} if c % 4 == 0 else {}
-    return [Kernel("unary", "compute/unary.comp", _variant(precision, ACT=code, **flat),
-                   (("total", total), ("c4s", c4), ("c", c), ("act0", a0), ("act1", a1)),
-                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)]
+    return Kernel("unary", "compute/unary.comp", _variant(precision, ACT=code, **flat, **wide),
+                  (("total", total), ("c4s", c4), ("c", c), ("act0", a0), ("act1", a1)),
+                  (Binding("in", x), Binding("out", y)), groups, local, node)
+
+
+def cast_record(x: str, y: str, shape: tuple[int, ...], to_fp32: bool, node: str) -> Kernel:
+    """A copy of fp16 ``x`` into fp32 ``y`` (``to_fp32``) or of fp32 ``x`` into fp16 ``y``: the
+    casts around a kernel that runs in fp32 for a tensor a precision plan keeps."""
+    return _unary_record(x, y, shape, "fp16", 0, 0.0, 0.0, node, **{"Y32" if to_fp32 else "X32": 1})
 
 
 def _pool(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -1253,6 +1263,9 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
                     for cb in (1, CONVT_CB)]
         for act in ACT_CODES.values():
             out += [("compute/unary.comp", _variant(prec, ACT=act, **flat)) for flat in ({}, {"FLAT": 1})]
+        # ACT 0 (a copy): the casts of compute_mixed, and their plain forms
+        out += [("compute/unary.comp", _variant(prec, ACT=0, **flat, **wide))
+                for flat in ({}, {"FLAT": 1}) for wide in ([{}, {"X32": 1}, {"Y32": 1}] if prec == "fp16" else [{}])]
         for bop in ew.BOP_CODES.values():
             for index in ({}, {"FLAT": 1}, {"CHAN": 1}, {"CHAN": 2}):
                 out.append(("compute/binary.comp", _variant(prec, BOP=bop, **index)))

@@ -195,8 +195,8 @@ class Gles2Segment(Segment):
             if src in self.fbos:
                 self.fbos[name] = self.fbos[src]
         if cfg.pack == 2:
-            kept = {n: why for n, why in mixed_precision.fp32_tensors(nodes, graph).items()
-                    if n in self.layouts and self.layouts[n].pack == 1}
+            wanted = {**mixed_precision.planned_inputs(graph), **mixed_precision.fp32_tensors(nodes, graph)}
+            kept = {n: why for n, why in wanted.items() if n in self.layouts and self.layouts[n].pack == 1}
             self.notes = [mixed_precision.describe(nodes, graph, kept)]
 
     def _own(self, obj: Any) -> Any:

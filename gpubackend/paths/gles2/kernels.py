@@ -69,11 +69,14 @@ class Config:
         Under fp16 a node output that the mixed-precision policy keeps (``keeps_fp32``: at most
         SMALL_TENSOR_ELEMENTS floats) is stored fp32, wherever it is: the generators that write
         or read it and the segment that uploads or reads it back ask this same question (a kept
-        tensor between a gles2 and a cpu segment travels as fp32). Graph inputs and outputs keep
-        the path's format, as every path's segment edges do."""
+        tensor between a gles2 and a cpu segment travels as fp32). Graph outputs keep the path's
+        format, as every path's segment edges do; graph inputs too unless the precision plan
+        names them (``mixed_precision.planned_inputs``)."""
         if self.pack == 1 or name in graph.constants:
             return 1
-        if name not in graph.inputs and name not in graph.outputs and mixed_precision.keeps_fp32(name, graph):
+        if name in graph.inputs:
+            return 1 if name in mixed_precision.planned_inputs(graph) else self.pack
+        if name not in graph.outputs and mixed_precision.keeps_fp32(name, graph):
             return 1
         return self.pack
 

@@ -53,7 +53,7 @@ class Gles3Segment(Segment):
     def __init__(self, dev: GLDevice, lim: Limits, dtype: str, kernels: dict[str, Kernel], nodes: list[Node],
                  graph: Graph, inputs: list[str], outputs: list[str], fp32: frozenset[str] = frozenset()):
         """``fp32``: tensors held in RGBA32F although ``dtype`` is "f2" (the mixed-precision
-        policy; the segment's inputs and outputs keep ``dtype``)."""
+        policy; the segment's outputs and its inputs other than the graph's keep ``dtype``)."""
         super().__init__("gles3", nodes, inputs, outputs)
         self.dev = dev
         self.lim = lim
@@ -85,7 +85,7 @@ class Gles3Segment(Segment):
                 root[node.outputs[0]] = root.get(k.alias, k.alias)
             self.layouts[node.outputs[0]] = k.out
         owned = set(inputs) | {n.outputs[0] for n in nodes}
-        wide = {n for n in fp32 if dtype == "f2" and n not in inputs and n not in outputs}
+        wide = {n for n in fp32 if dtype == "f2" and (n not in inputs or n in graph.inputs) and n not in outputs}
         self.storage_dtype = {name: "f4" if name in wide else dtype for name in owned}
         slot_of, _ = plan_storage(
             [[root.get(n, n) for n in [*node.inputs, node.outputs[0]]] for node in nodes],
@@ -201,11 +201,11 @@ class Gles3Segment(Segment):
 
     def _upload(self, feeds: dict[str, np.ndarray], stats: RunStats) -> None:
         """Host arrays into the input textures (the inputs named in ``feeds``)."""
-        np_dtype = np.float16 if self.dtype == "f2" else np.float32
         for name in self.inputs:
             if name not in feeds:
                 continue
             st, lay = self.storage[name], self.layouts[name]
+            np_dtype = np.float16 if st.dtype == "f2" else np.float32
             x = np.asarray(feeds[name], np.float32).reshape(lay.n, lay.c, lay.h, lay.w)
             for tex, plane in zip(st.textures, pack(x, lay, np_dtype)):
                 self.dev.write(tex, plane)

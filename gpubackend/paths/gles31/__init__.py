@@ -28,7 +28,6 @@ import numpy as np
 
 from capability_probe import cache, faults
 
-from ... import mixed_precision
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
 from .. import compute_mixed, compute_quant, fp16_compute
@@ -199,9 +198,9 @@ class Gles31Segment(Segment):
         records = ck.fuse_gates(records, set(self.outputs))
         records = ck.elide_concats(records, set(self.outputs))
         records, kept = compute_mixed.plan(records, self.nodes, graph, {*self.inputs, *self.outputs}, prec)
+        self._kept = kept
         if prec == "fp16":
-            why = dict.fromkeys(kept, mixed_precision.REASON_SMALL)
-            self.notes.append(mixed_precision.describe(self.nodes, graph, why))
+            self.notes.append(compute_mixed.describe(self.nodes, graph, kept))
         root: dict[str, str] = {}  # tensor -> the tensor whose buffer it uses
         for r in records:
             if isinstance(r, ck.Alias):
@@ -236,7 +235,7 @@ class Gles31Segment(Segment):
 
         def size_of(name: str) -> int:
             if name not in size:
-                shape = scratch.get(name) or graph.shape(name)
+                shape = scratch.get(name) or compute_mixed.shape(graph, name)
                 if shape is None:
                     raise ValueError(f"gles31: no static shape for {name!r}")
                 size[name] = ck.storage_bytes(tuple(shape), compute_mixed.storage(name, kept, prec))
@@ -321,7 +320,7 @@ class Gles31Segment(Segment):
         prec = self.precision
         for name in self._plain_inputs:
             if name in feeds:
-                data = ck.as_storage(ck.pack(feeds[name]), prec)
+                data = ck.as_storage(ck.pack(feeds[name]), compute_mixed.storage(name, self._kept, prec))
                 self.device.write(self._input_buffers[name], data)
                 stats.upload(data.nbytes)
         for name, transform, buf, fp32 in self._transformed:

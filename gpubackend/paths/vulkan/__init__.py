@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import mixed_precision
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
 from .. import compute_mixed, compute_quant
@@ -133,8 +132,7 @@ class VulkanSegment(Segment):
         records, self.kept = compute_mixed.plan(records, self.nodes, graph, {*self.inputs, *self.outputs},
                                                 self.precision)
         if self.precision == "fp16":
-            why = dict.fromkeys(self.kept, mixed_precision.REASON_SMALL)
-            self.notes.append(mixed_precision.describe(self.nodes, graph, why))
+            self.notes.append(compute_mixed.describe(self.nodes, graph, self.kept))
         prog = Program()
         alias: dict[str, str] = {}  # tensor -> buffer holding it
         outs = set(self.outputs)
@@ -151,7 +149,7 @@ class VulkanSegment(Segment):
         for name in self.inputs:
             if name in plain:
                 prog.add_buffer(self._spec(name, self.shapes[name], "input"))
-                edges.append(Edge(name, name, to_words=lambda x: self._words(ck.pack(x))))
+                edges.append(Edge(name, name, to_words=lambda x, wide=name in self.kept: self._words(ck.pack(x), wide)))
         for rec in records:
             if isinstance(rec, ck.Alias):
                 alias[rec.dst] = buf(rec.src)
@@ -180,7 +178,7 @@ class VulkanSegment(Segment):
                         raise ValueError(f"vulkan: {rec.node} reads {b.name!r}, produced by no earlier node")
                     bindings.append(buf(b.name))
                 else:
-                    shape = tuple(int(d) for d in b.shape or graph.shape(b.name) or ())
+                    shape = tuple(int(d) for d in b.shape or compute_mixed.shape(graph, b.name) or ())
                     prog.add_buffer(self._spec(b.name, shape, "output" if b.name in outs else "temp"))
                     bindings.append(b.name)
             push = push_words(rec)
