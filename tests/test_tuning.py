@@ -32,14 +32,14 @@ UNIT_CASES = {
         _node("gemm_37x29x21_transb", "gemm", "Gemm", [_u(37, 29), _u(21, 29), _u(21)], {"transB": 1}),
         _node("matmul_const_2x5x7_18", "matmul", "MatMul", [_u(2, 5, 7), _u(7, 18)], {}),
     ],
-    # Winograd F(2x2, 3x3) or the direct kernel on 3x3 stride-1 layers of >= 16 channels: odd
+    # Winograd F(2x2, 3x3) or the direct kernel on 3x3 stride-1 layers with enough channels: odd
     # output sizes (partial tiles), asymmetric pads, channels not a multiple of 4, batch 2
     "conv3x3": [
-        _node("conv3x3_ci18_co21_h7_w9_batch2_relu", None, "Conv", [_u(2, 18, 7, 9), _u(21, 18, 3, 3),
+        _node("conv3x3_ci18_co21_h11_w13_batch2_relu", None, "Conv", [_u(2, 18, 11, 13), _u(21, 18, 3, 3),
                                                                                _u(21)],
               {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_act": ("Relu", {})}),
         _node("conv3x3_ci16_co17_asymmetric_pads_no_bias_hardswish", None, "Conv",
-              [_u(1, 16, 6, 5), _u(17, 16, 3, 3)], {"kernel_shape": [3, 3], "pads": [0, 2, 1, 0],
+              [_u(1, 16, 12, 11), _u(17, 16, 3, 3)], {"kernel_shape": [3, 3], "pads": [0, 2, 1, 0],
                                                      "_act": ("HardSwish", {})}),
     ],
     "reads": [

@@ -642,7 +642,7 @@ def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
 
 
 # Winograd F(2x2, 3x3) (Lavin and Gray's minimal filtering) for 3x3 stride-1 undilated ungrouped
-# convolutions: the input transform (winograd_in.comp), 16 GEMMs of the transformed operands in one
+# convolutions of enough channels: the input transform (winograd_in.comp), 16 GEMMs of the transformed operands in one
 # dispatch (gemm.comp BATCH, the gemm unit's blocking) and the output transform with bias and
 # epilogue (winograd_out.comp): 16 multiplies per 2x2 output tile and input channel instead of 36.
 # The tuning unit conv3x3 chooses it over the direct kernel per layer shape class (`gpubackend
@@ -650,7 +650,12 @@ def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
 # 0.2-0.8x the time on llvmpipe (gles31) and 0.3-0.7x on lavapipe for 16-256 channels at 10x10 to
 # 128x128 (interleaved, under load; docs/performance.md). Not measured on a real GPU.
 WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
-WINOGRAD_MIN_CHANNELS = 16
+# at fewer channels the three dispatches cost more than the multiplies saved: 8 -> 8 channels ran
+# 0.8-0.9x as fast on llvmpipe, 8 -> 16 and 16 -> 8 1.1-1.7x faster on both drivers
+WINOGRAD_MIN_CHANNELS = 8
+WINOGRAD_MIN_CHANNEL_PRODUCT = 128
+# and on small planes: 16 channels at 8x8 and 32 -> 48 at 5x6 ran slower, 10x10 faster from 32 channels
+WINOGRAD_MIN_PIXELS = 100
 tuning.register("conv3x3", [tuning.Variant("direct", ()), tuning.Variant("winograd", (("WINOGRAD", 1),))],
                 {"*": "winograd"})
 
@@ -679,8 +684,11 @@ def _conv_winograd(node: Node, graph: Graph, precision: str) -> list[Record]:
     if (g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"], g["group"]) != (3, 3, 1, 1, 1, 1, 1):
         raise Decline("not a 3x3 stride-1 undilated ungrouped convolution")
     ci, co = g["ci"], g["co"]
-    if min(ci, co) < WINOGRAD_MIN_CHANNELS:
-        raise Decline(f"fewer than {WINOGRAD_MIN_CHANNELS} input or output channels")
+    if min(ci, co) < WINOGRAD_MIN_CHANNELS or ci * co < WINOGRAD_MIN_CHANNEL_PRODUCT:
+        raise Decline(f"{ci} -> {co} channels: too few for Winograd (at least {WINOGRAD_MIN_CHANNELS} each "
+                      f"and {WINOGRAD_MIN_CHANNEL_PRODUCT} in product)")
+    if g["oh"] * g["ow"] < WINOGRAD_MIN_PIXELS:
+        raise Decline(f"a {g['oh']}x{g['ow']} output: too small for Winograd (at least {WINOGRAD_MIN_PIXELS} pixels)")
     shape_class = f"ci{tuning.bucket(ci)} co{tuning.bucket(co)} px{tuning.bucket(g['oh'] * g['ow'])}"
     choice = tuning.choose("conv3x3", shape_class, node.name)
     if not dict(choice.variant.defines).get("WINOGRAD"):
