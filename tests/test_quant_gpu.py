@@ -188,6 +188,29 @@ def test_int8_weights_take_a_quarter_of_the_float_bytes() -> None:
     np.testing.assert_array_equal(compute_quant.unpack_int8_words(packed, 40), q)
 
 
+def test_bias_in_the_spare_bits_of_7_bit_weights() -> None:
+    """``QW`` 3's layout decoded as ``shaders/compute/weights.glsl`` does: the words of the bias run
+    as 7-bit weights, every other word as 8-bit, and the bias from bit 7 of the run's bytes."""
+    rng = np.random.default_rng(1)
+    q = rng.integers(-64, 64, (60, 4)).astype(np.int8)
+    q[3, 2] = 64  # a channel reaching both ends keeps 8 bits: the run starts after this word
+    bias = rng.integers(-30000, 30000, (3, 4)).astype(np.float32)
+    bias[1, 2] = -40000
+    words, head = compute_quant.bias_in_spare_bits(compute_quant.pack_int8_words(q), bias)
+    bits, (at, blocks) = int(head[0, 3]), head[1, :2].astype(int)
+    assert bits == 17 and at == 4 and blocks == 3
+    w = words.view(np.uint32).reshape(-1).astype(np.int64)
+    lanes = (w[:, None] >> np.arange(0, 32, 8)) & 0xFF
+    in_run = ((np.arange(w.size) >= at) & (np.arange(w.size) < at + bits * blocks))[:, None]
+    low = np.where(in_run, lanes & 0x7F, lanes)
+    dec = np.where(low >= np.where(in_run, 64, 128), low - np.where(in_run, 128, 256), low)
+    np.testing.assert_array_equal(dec[:q.shape[0]], q)
+    spare = (lanes[at:at + bits * blocks] >> 7).reshape(bits, blocks, 4)
+    got = (spare << np.arange(bits)[:, None, None]).sum(axis=0)
+    np.testing.assert_array_equal(np.where(got >= 2 ** (bits - 1), got - 2 ** bits, got), bias)
+    assert compute_quant.bias_in_spare_bits(compute_quant.pack_int8_words(q[:20]), bias) is None  # too few words
+
+
 @pytest.mark.parametrize("path", QDQ_PATHS)
 def test_canary_int8(path: str) -> None:
     mod = __import__(f"gpubackend.paths.{path}", fromlist=["canary_int8"])

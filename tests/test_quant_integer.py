@@ -140,6 +140,35 @@ def test_zero_point_in_the_bias_of_an_unpadded_conv(path: str, engine: str | Non
     assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
 
 
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_bias_in_the_weights_spare_bits_keeps_the_integers(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """reduce_range weights are in [-64, 64]: a channel that reaches 64 but not -64 is stored
+    negated (its bias and multiplier too), one that reaches both keeps 8 bits in the words outside
+    the run that carries the integer bias (``compute_quant.bias_in_spare_bits``); onnxruntime's
+    integers all the same."""
+    from gpubackend.paths import compute_quant
+
+    rng = np.random.default_rng(5)
+    model = _conv_layer(rng)
+    init = next(t for t in model.graph.initializer if t.name == "wq")
+    wq = numpy_helper.to_array(init).copy()
+    wq[0, 0, 1, 1], wq[1, 0, 0, 0], wq[1, 3, 2, 2], wq[2, 5, 1, 0] = 64, 64, -64, -64
+    init.CopyFrom(numpy_helper.from_array(wq, "wq"))
+    x = (rng.standard_normal((1, 8, 20, 20)) * 1.5).astype(np.float32)
+    want = _ort(model, x, fused=True)
+    runs = []
+    spy = compute_quant.bias_in_spare_bits
+    monkeypatch.setattr(compute_quant, "bias_in_spare_bits", lambda *a: runs.append(spy(*a)) or runs[-1])
+    sess = gpubackend.Session(model, path=path, fallback=False)
+    try:
+        got = sess.run({"x": x})[0]
+    finally:
+        sess.close()
+    assert len(runs) == 1 and runs[0] is not None and runs[0][1][1, 0] > 0, runs  # the run starts past word 0
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() == 0, f"{int((diff > 0).sum())} of {diff.size} outputs off, by up to {diff.max()}"
+
+
 def test_sums_past_2_24_keep_the_float_form() -> None:
     rng = np.random.default_rng(5)
     model = _conv_layer(rng, cin=128, cout=4, size=6)

@@ -952,16 +952,27 @@ def globalpool_record(node: Node, graph: Graph, precision: str, is_max: bool) ->
                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)
 
 
-def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> np.ndarray:
-    """(oh + ow, 4) float32 rows (i0, i1, w0, w1): the two source rows, then the two source
-    columns, of each output index and their weights, as the reference computes them."""
-    rows = []
+def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> tuple[np.ndarray, int, int]:
+    """The tap table of a resize, the index of its first column entry and the floats per entry.
+    Per output row (then column, unless they are the same as the rows) the two source indices and
+    their weights as the reference computes them: (i0, i1, w0, w1), or just (i0, w1) where every
+    entry has i1 = min(i0 + 1, n - 1) and w0 = fl(1 - w1), which the shader derives exactly (a
+    correctly rounded subtraction), a quarter of the bytes where rows and columns share."""
+    axes = []
     for axis in (2, 3):
         idx, w = rec.taps(axis, xs[axis])
         if w is None:
             idx, w = np.repeat(idx[:, :1], 2, axis=1), np.tile([1.0, 0.0], (len(idx), 1))
-        rows.append(np.concatenate([idx, w], axis=1))
-    return np.ascontiguousarray(np.concatenate(rows), dtype=np.float32)
+        axes.append((np.asarray(idx, np.int64), np.asarray(w, np.float32), xs[axis]))
+    same = all(np.array_equal(a, b) for a, b in zip(axes[0][:2], axes[1][:2])) and axes[0][2] == axes[1][2]
+    used = axes[:1] if same else axes
+    short = all(np.array_equal(idx[:, 1], np.minimum(idx[:, 0] + 1, n - 1)) and idx.max() < 2 ** 24
+                and np.array_equal(w[:, 0], np.float32(1) - w[:, 1]) for idx, w, n in used)
+    rows = [np.stack([idx[:, 0], w[:, 1]], axis=1) if short else np.concatenate([idx, w], axis=1)
+            for idx, w, _ in used]
+    flat = np.concatenate(rows).astype(np.float32).reshape(-1)
+    flat = np.concatenate([flat, np.zeros((-flat.size) % 4, np.float32)])
+    return flat.reshape(-1, 4), 0 if same else len(axes[0][0]), 2 if short else 4
 
 
 def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
@@ -987,7 +998,9 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
     groups, local = _grid_3d(ys[3], ys[2], xs[0] * c4)
     params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
               ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
-    taps = Binding("const", f"{node.name}/taps", _resize_taps(rec, xs), True)
+    table, tcol, tw = _resize_taps(rec, xs)
+    params += (("tcol", tcol), ("tw", tw))
+    taps = Binding("const", f"{node.name}/taps", table, True)
     choice = tuning.choose("reads", f"resize c{tuning.bucket(xs[1])} px{tuning.bucket(ys[2] * ys[3])}", node.name)
     tex = _input_texture(choice)
     if tex:

@@ -69,6 +69,15 @@ def _quantize_weights(k: ck.Kernel, scale: np.ndarray, name: str) -> ck.Kernel:
     q = np.rint(w.data / divisor)
     if np.any(q < -128) or np.any(q > 127) or not np.array_equal(q.astype(np.float32) * per_row, w.data):
         raise Decline("the weights are not int8 multiples of one scale per output channel")
+    # A channel whose weights reach 64 but not -64 (reduce_range weights are in [-64, 64]) is
+    # stored negated with its scale negated: the same float32 products and sums, sign for sign,
+    # and every weight fits 7 bits (QW 3: fuse_requantize).
+    lanes = q.reshape(co4p, rows // co4p, 4)
+    flip = (lanes.max(axis=1) > 63) & (lanes.min(axis=1) > -64)
+    if np.any(flip):
+        sign = np.where(flip, np.float32(-1), np.float32(1))
+        q = (lanes * sign[:, None, :]).reshape(q.shape)
+        lane_scale = lane_scale * sign
     bias_scale = np.stack([b.data, lane_scale], axis=1).reshape(-1, 4)
     bindings = (k.bindings[0], ck.Binding("const", w.name, pack_int8_words(q), True),
                 ck.Binding("const", b.name, bias_scale, True)) + k.bindings[3:]
@@ -130,21 +139,61 @@ def fuse_requantize(records: list[ck.Record], graph: Graph, keep: set[str]) -> l
         q = dict(quant.params)
         flat = np.asarray(mult, np.float32).reshape(-1)
         scales = bias_scale[1::2].reshape(-1)
-        # weight scale 1 on the layer's channels (0 on padding lanes), Quantize at scale 1
-        if flat.size > scales.size or np.any(scales[:flat.size] != 1) or np.any(scales[flat.size:]) \
+        # weight scale 1 on the layer's channels (-1 where _quantize_weights negated one, 0 on
+        # padding lanes), Quantize at scale 1
+        if flat.size > scales.size or np.any(np.abs(scales[:flat.size]) != 1) or np.any(scales[flat.size:]) \
                 or q["scale"] != 1:
             continue
         lanes = np.zeros(scales.size, np.float32)
         lanes[:flat.size] = flat
+        # a negated channel sums -(sum + bias): its bias and multiplier negated give the same product
+        lanes = (lanes * scales).reshape(-1, 4)
+        bias = bias_scale[0::2] * scales.reshape(-1, 4)
         head = np.array([[q["zp"], q["lo"], q["hi"], 0]], np.float32)
-        requant = np.concatenate([head, np.stack([bias_scale[0::2], lanes.reshape(-1, 4)], axis=1).reshape(-1, 4)])
         bindings = list(k.bindings)
+        spare = bias_in_spare_bits(k.bindings[1].data, bias)
+        if spare is None:
+            qw = 2
+            requant = np.concatenate([head, np.stack([bias, lanes], axis=1).reshape(-1, 4)])
+        else:
+            qw = 3
+            bindings[1] = replace(bindings[1], data=spare[0])
+            requant = np.concatenate([head + spare[1][:1], spare[1][1:], lanes])
         bindings[2] = ck.Binding("const", f"{k.node}/requantize", requant, True)
         bindings[bindings.index(outs[0])] = ck.Binding("out", quant.bindings[-1].name)
-        out[i] = replace(k, defines=tuple(sorted({**dict(k.defines), "QW": 2}.items())), bindings=tuple(bindings))
+        out[i] = replace(k, defines=tuple(sorted({**dict(k.defines), "QW": qw}.items())), bindings=tuple(bindings))
         out[readers[outs[0].name][0]] = None
         out[readers[mul.bindings[-1].name][0]] = None
     return [r for r in out if r is not None]
+
+
+def bias_in_spare_bits(packed: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The int8 weight words ``packed`` (:func:`pack_int8_words`) with the integer ``bias`` of each
+    output block (``bias[i]``: 4 lanes) in their spare bits, and the two head rows that tell the
+    shader where (``QW`` 3 in ``shaders/compute/weights.glsl``): bit j of block i's bias in bit 7 of
+    its lane's byte of word ``A + j * blocks + i``, the first run of words whose weights all fit 7
+    bits (a channel quantized over [-64, 64] that reaches both ends needs 8 in a few). None where
+    no run is long enough for the bias's two's complement bits."""
+    words = np.ascontiguousarray(packed).view(np.uint32).reshape(-1)
+    ints = bias.astype(np.int64)
+    if not np.array_equal(ints, bias):
+        return None
+    blocks = ints.shape[0]
+    bits = max(1, int(np.max(np.where(ints < 0, ~ints, ints))).bit_length() + 1)
+    need = bits * blocks
+    q = words.view(np.int8).reshape(-1, 4)
+    unfit = np.concatenate([[0], np.cumsum(~np.all((q >= -64) & (q <= 63), axis=1))])
+    runs = np.flatnonzero(unfit[need:] == unfit[:-need]) if need <= words.size else []
+    if bits > 32 or not len(runs) or words.size >= 2 ** 24:
+        return None
+    at = int(runs[0])
+    lanes = (ints & 0xFFFFFFFF).astype(np.uint32)  # (blocks, 4) two's complement
+    j = np.arange(bits, dtype=np.uint32)
+    spare = ((lanes[None, :, :] >> j[:, None, None]) & 1) << (np.arange(4, dtype=np.uint32) * 8 + 7)
+    out = words.copy()
+    out[at:at + need] = (out[at:at + need] & np.uint32(0x7F7F7F7F)) | np.bitwise_or.reduce(spare, axis=2).reshape(-1)
+    head = np.array([[0, 0, 0, bits], [at, blocks, 0, 0]], np.float32)
+    return out.view(np.float32).reshape(-1, 4), head
 
 
 def fuse_quantize_dequantize(records: list[ck.Record], keep: set[str]) -> list[ck.Record]:
@@ -231,7 +280,7 @@ def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[st
     """The shader variants the quantized generators emit (precompiled SPIR-V)."""
     out = []
     for prec in precisions:
-        for qw, acts in ((1, act_codes), (2, [0])):  # QW 2: fuse_requantize (no activation)
+        for qw, acts in ((1, act_codes), (2, [0]), (3, [0])):  # QW 2, 3: fuse_requantize (no activation)
             for act in acts:
                 for blocking in ck.default_blockings("conv"):
                     out.append(("compute/conv.comp", ck._variant(prec, ACT=act, QW=qw, **dict(blocking))))
@@ -307,5 +356,5 @@ def canary(run: Callable[[list[Node], Graph, dict[str, np.ndarray], str], dict[s
 
 register(ck.REGISTRY)
 
-__all__ = ["INTEGER_OUTPUT_OPS", "canary", "fuse_quantize_dequantize", "fuse_requantize", "pack_int8_words", "register",
-           "unpack_int8_words", "variants", "weight_bytes"]
+__all__ = ["INTEGER_OUTPUT_OPS", "bias_in_spare_bits", "canary", "fuse_quantize_dequantize", "fuse_requantize",
+           "pack_int8_words", "register", "unpack_int8_words", "variants", "weight_bytes"]

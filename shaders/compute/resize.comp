@@ -1,7 +1,9 @@
 // Resize (nearest or bilinear) of the H and W axes of a PHWC4 tensor. The ONNX coordinate rules
-// are applied on the host: taps[] holds, per output row (first oh entries) and column (next ow),
-// the two source indices and their weights (i0, i1, w0, w1) as the reference computes them, so a
-// driver's division or fma rounding cannot move a tie (NVIDIA did, in shader arithmetic).
+// are applied on the host: taps[] holds, per output row (first oh entries) and column (from entry
+// tcol: oh, or 0 where the columns' taps are the rows'), the two source indices and their weights
+// (i0, i1, w0, w1) as the reference computes them, so a driver's division or fma rounding cannot
+// move a tie (NVIDIA did, in shader arithmetic). tw 2: entries of two floats (i0, w1), with
+// i1 = min(i0 + 1, n - 1) and w0 = 1 - w1 (the host checked both; a correctly rounded subtraction).
 #ifndef VULKAN
 #extension GL_OES_gpu_shader5 : enable
 #endif
@@ -20,6 +22,7 @@ PARAMS_BEGIN
     int n; int ih; int iw; int c4s;
     int oh; int ow; int c; int linear;
     int oc4s; int oc4o;  // output view: vec4s per pixel, first block (a Concat writes in place)
+    int tcol; int tw;  // first column entry, floats per entry
 PARAMS_END
 
 #include "compute/input_x.glsl"
@@ -32,6 +35,14 @@ layout(std430, binding = 2) readonly buffer T { vec4 taps[]; };
 #define TAP(i) taps[i]
 #endif
 
+vec4 tap(int e, int n) {
+    if (p.tw == 4) return TAP(e);
+    vec4 t = TAP(e >> 1);
+    vec2 v = (e & 1) == 0 ? t.xy : t.zw;
+    PRECISE float w0 = 1.0 - v.y;
+    return vec4(v.x, min(v.x + 1.0, float(n - 1)), w0, v.y);
+}
+
 void main() {
     int ox = int(gl_GlobalInvocationID.x);
     int oy = int(gl_GlobalInvocationID.y);
@@ -39,8 +50,8 @@ void main() {
     if (ox >= p.ow || oy >= p.oh || z >= p.n * p.c4s) return;
     int n = z / p.c4s;
     int c4 = z - n * p.c4s;
-    vec4 ty = TAP(oy);
-    vec4 tx = TAP(p.oh + ox);
+    vec4 ty = tap(oy, p.ih);
+    vec4 tx = tap(p.tcol + ox, p.iw);
     int base = n * p.ih * p.iw;
     int y0 = int(ty.x), x0 = int(tx.x);
     vec4 v = LDX((base + y0 * p.iw + x0) * p.c4s + c4);

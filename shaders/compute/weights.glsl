@@ -9,15 +9,38 @@
 // multiplier per output channel, rounded half to even, plus the output zero point, saturated).
 // B holds (zero point, lo, hi, 0) at 0, then per output block the bias at 2i + 1 and the
 // multiplier at 2i + 2.
+// QW 3: QW 2 with the integer bias in the weights' spare bits (compute_quant.bias_in_spare_bits).
+// In the words [A, A + NB * S) every weight fits 7 bits (bits 0-6 of its byte; the other words
+// keep 8), and bit 7 of lane k of word A + j * S + i holds bit j of output block i's bias in lane
+// k (two's complement, NB bits; S blocks). The accumulator starts at the bias (integer sums, exact
+// either way). B holds (zero point, lo, hi, NB) at 0, (A, S, 0, 0) at 1, then the multiplier of
+// block i at i + 2: 4 bytes per output channel instead of 8.
 #ifdef QW
 layout(std430, binding = 1) readonly buffer W { uint wq[]; };
 layout(std430, binding = 2) readonly buffer B { vec4 bias_scale[]; };
+#if QW == 3
+vec4 q8_load(int i) {
+    int sh = uint(i - int(bias_scale[1].x)) < uint(int(bias_scale[0].w) * int(bias_scale[1].y)) ? 1 : 0;
+    return vec4((ivec4(wq[i]) << (ivec4(24, 16, 8, 0) + sh)) >> (24 + sh));
+}
+vec4 q8_spare_bias(int i) {
+    int nb = int(bias_scale[0].w), at = int(bias_scale[1].x) + i, stride = int(bias_scale[1].y);
+    uvec4 bits = uvec4(0u);
+    for (int j = 0; j < nb; j++) bits |= ((uvec4(wq[at + j * stride]) >> uvec4(7u, 15u, 23u, 31u)) & 1u) << uint(j);
+    return vec4((ivec4(bits) << (32 - nb)) >> (32 - nb));
+}
+#define WLOAD(i) q8_load(i)
+#define ACC_INIT(i) q8_spare_bias(i)
+#define ACC_DONE(acc, i) clamp(roundEven((acc) * bias_scale[(i) + 2]) + bias_scale[0].x, \
+    vec4(bias_scale[0].y), vec4(bias_scale[0].z))
+#else
 #define WLOAD(i) vec4((ivec4(wq[i]) << ivec4(24, 16, 8, 0)) >> 24)
 #define ACC_INIT(i) vec4(0.0)
+#endif
 #if QW == 2
 #define ACC_DONE(acc, i) clamp(roundEven(((acc) + bias_scale[2 * (i) + 1]) * bias_scale[2 * (i) + 2]) \
     + bias_scale[0].x, vec4(bias_scale[0].y), vec4(bias_scale[0].z))
-#else
+#elif QW == 1
 #define ACC_DONE(acc, i) ((acc) * bias_scale[2 * (i) + 1] + bias_scale[2 * (i)])
 #endif
 #elif defined(TEXW) && !defined(VULKAN)
