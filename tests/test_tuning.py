@@ -397,3 +397,18 @@ def test_concurrent_first_use_measures_once(fresh_tuning, tmp_path) -> None:
     assert [c.returncode for c in children] == [0, 0], [err[-2000:] for _, err in outs]
     assert sorted(out.strip().splitlines()[-1] for out, _ in outs) == ["MEASURED", "REUSED"]
     assert set(_device_wide("vulkan")) == {"vulkan|conv|*", "vulkan|gemm|*", "vulkan|gemm|* rows<=16"}  # verified
+
+
+@pytest.mark.parametrize("ci,co,size,kernel", [(64, 64, 40, "conv_winograd"), (16, 16, 80, "conv_winograd"),
+                                               (16, 16, 128, "conv"), (128, 32, 40, "conv"), (8, 8, 64, "conv"),
+                                               (64, 64, 8, "conv")])
+def test_untuned_3x3_layers_take_winograd_where_it_was_measured_faster(ci: int, co: int, size: int,
+                                                                      kernel: str) -> None:
+    node = Node("n", "Conv", ["x", "w"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})
+    graph = Graph([node], ["x"], ["y"], {"w": _u(co, ci, 3, 3)}, {"x": (1, ci, size, size), "y": (1, co, size, size)},
+                  {"x": np.dtype(np.float32), "y": np.dtype(np.float32)}, 13, {"x": (1, ci, size, size)})
+    got = compute_kernels.generate(node, graph)
+    assert not isinstance(got, str) and got.kernel == kernel
+    with tuning.forced(conv3x3="winograd"):  # a tuned (exact) choice overrides the rule where Winograd applies
+        forced = compute_kernels.generate(node, graph)
+    assert forced.kernel == ("conv" if size < 10 or ci * co < 128 else "conv_winograd")

@@ -646,9 +646,8 @@ def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
 # dispatch (gemm.comp BATCH, the gemm unit's blocking) and the output transform with bias and
 # epilogue (winograd_out.comp): 16 multiplies per 2x2 output tile and input channel instead of 36.
 # The tuning unit conv3x3 chooses it over the direct kernel per layer shape class (`gpubackend
-# tune`); the default is Winograd wherever it applies: against the untuned direct kernel it took
-# 0.2-0.8x the time on llvmpipe (gles31) and 0.3-0.7x on lavapipe for 16-256 channels at 10x10 to
-# 128x128 (interleaved, under load; docs/performance.md). Not measured on a real GPU.
+# tune`); untuned, a layer takes Winograd where :func:`winograd_pays` (measured on llvmpipe and
+# lavapipe; not on a real GPU).
 WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 # at fewer channels the three dispatches cost more than the multiplies saved: 8 -> 8 channels ran
 # 0.8-0.9x as fast on llvmpipe, 8 -> 16 and 16 -> 8 1.1-1.7x faster on both drivers
@@ -658,6 +657,15 @@ WINOGRAD_MIN_CHANNEL_PRODUCT = 128
 WINOGRAD_MIN_PIXELS = 100
 tuning.register("conv3x3", [tuning.Variant("direct", ()), tuning.Variant("winograd", (("WINOGRAD", 1),))],
                 {"*": "winograd"})
+
+
+def winograd_pays(ci: int, co: int, pixels: int) -> bool:
+    """Whether an untuned 3x3 layer takes Winograd: from ``gpubackend tune`` on yolov8n, ppocr_v4_det
+    and the U-Net-like test model (gles31 and vulkan, quiet machine), Winograd won 1.3-3.5x from 64
+    output channels, and with fewer lost where the input has over twice the output's channels
+    (128 -> 32: 0.8-1.0x on llvmpipe) or on planes over 8192 pixels (16 -> 16 at 128x128: 0.7x on
+    llvmpipe), whose transformed operands no longer stay in the CPU's caches."""
+    return co >= 64 or (ci * co >= 256 and ci <= 2 * co and pixels <= 8192)
 
 
 def winograd_weights(w: np.ndarray, cob: int) -> np.ndarray:
@@ -693,6 +701,9 @@ def _conv_winograd(node: Node, graph: Graph, precision: str) -> list[Record]:
     choice = tuning.choose("conv3x3", shape_class, node.name)
     if not dict(choice.variant.defines).get("WINOGRAD"):
         raise Decline(f"the direct kernel is chosen ({choice.why})")
+    if not choice.exact and not winograd_pays(ci, co, g["oh"] * g["ow"]):
+        raise Decline(f"the direct kernel is chosen (untuned, and {ci} -> {co} channels on {g['oh']}x{g['ow']} "
+                      "is a layer where Winograd was measured slower)")
     if precision != "fp32":
         raise Decline("Winograd keeps fp32 storage only (its transformed operands would round to fp16)")
     ci4, co4 = (ci + 3) // 4, (co + 3) // 4
