@@ -227,6 +227,7 @@ def test_explain_names_the_tuned_variant(tmp_path, monkeypatch, path: str) -> No
 
 
 def test_tune_command_stores_the_fastest_variant_and_sessions_use_it(tmp_path, monkeypatch, capsys) -> None:
+    from gpubackend.bench.tune import distinct_variants
     from gpubackend.cli import main
 
     monkeypatch.setattr(tuning, "tuning_file", lambda: tmp_path / "tuning.json")
@@ -237,7 +238,8 @@ def test_tune_command_stores_the_fastest_variant_and_sessions_use_it(tmp_path, m
     assert [(r["unit"], r["shape_class"], r["nodes"]) for r in rows] == [("conv", "k3x3 s1x1 d1x1 g1 ci8 co16 px128",
                                                                            ["c0"])]
     row = rows[0]
-    assert row["stored"] and set(row["seconds"]) == {v.name for v in tuning.variants("conv")}
+    assert row["stored"] and set(row["seconds"]) == {v.name for v in distinct_variants(tuning.variants("conv"),
+                                                                                           "vulkan")}
     assert row["best"] == min(row["seconds"], key=row["seconds"].get)
     table = tuning.load("vulkan", gpubackend.probe().fingerprint)  # what a later process reads
     assert table.choose("conv", row["shape_class"]).variant.name == row["best"]
@@ -412,3 +414,14 @@ def test_untuned_3x3_layers_take_winograd_where_it_was_measured_faster(ci: int, 
     with tuning.forced(conv3x3="winograd"):  # a tuned (exact) choice overrides the rule where Winograd applies
         forced = compute_kernels.generate(node, graph)
     assert forced.kernel == ("conv" if size < 10 or ci * co < 128 else "conv_winograd")
+
+
+def test_tune_times_each_vulkan_binary_once() -> None:
+    from gpubackend.bench.tune import distinct_variants
+
+    gemm = tuning.variants("gemm")
+    on_vulkan = [v.name for v in distinct_variants(gemm, "vulkan")]
+    assert "px4cb4" in on_vulkan and "px4cb4tex" not in on_vulkan and "px4cb4sg" in on_vulkan
+    assert len(on_vulkan) == len({(tuple(d for d in v.defines if d[0] not in ("TEXW", "TEXX")), v.local)
+                                  for v in gemm})
+    assert [v.name for v in distinct_variants(gemm, "gles31")] == [v.name for v in gemm]

@@ -103,6 +103,23 @@ def time_variants(data: bytes, path: str, trials: list[dict[str, str]], feeds: d
     return results
 
 
+def distinct_variants(variants: tuple[tuning.Variant, ...], path: str) -> list[tuning.Variant]:
+    """``variants`` less those that compile to the same kernel on ``path`` as an earlier one: on
+    Vulkan the GL ES-only buffer-texture defines are dropped, so ``px4cb4tex`` is ``px4cb4``
+    (timing both wasted the measurement, and their spread, up to 1.3x for one binary, could name a
+    texture variant the winner)."""
+    from ..shaders.build_spirv import GL_ONLY_DEFINES
+
+    seen: set[tuple] = set()
+    out = []
+    for v in variants:
+        key = (tuple(d for d in v.defines if path != "vulkan" or d[0] not in GL_ONLY_DEFINES), v.local)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
 def tune_model(model: str | bytes, path: str, precision: str = "fp32", rounds: int = 5,
                input_shapes: dict[str, tuple[int, ...]] | None = None, write: bool = True) -> list[dict[str, Any]]:
     """One row per (unit, shape class) the model runs on ``path``: the nodes, each variant's
@@ -116,7 +133,8 @@ def tune_model(model: str | bytes, path: str, precision: str = "fp32", rounds: i
     table = tuning.load(path, gpubackend.probe().fingerprint)
     rows: list[dict[str, Any]] = []
     for unit, spec in tuning.units().items():
-        results = [r for r in time_variants(data, path, [{unit: v.name} for v in spec.variants], feeds, rounds,
+        trials = [{unit: v.name} for v in distinct_variants(spec.variants, path)]
+        results = [r for r in time_variants(data, path, trials, feeds, rounds,
                                             SessionOptions(precision=precision), input_shapes) if not r.error]
         classes: dict[str, set[str]] = {}
         for res in results:
