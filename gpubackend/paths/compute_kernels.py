@@ -642,9 +642,10 @@ def _conv(node: Node, graph: Graph, precision: str) -> list[Record]:
 
 
 # Winograd F(2x2, 3x3) (Lavin and Gray's minimal filtering) for 3x3 stride-1 undilated ungrouped
-# convolutions of enough channels: the input transform (winograd_in.comp), 16 GEMMs of the transformed operands in one
-# dispatch (gemm.comp BATCH, the gemm unit's blocking) and the output transform with bias and
-# epilogue (winograd_out.comp): 16 multiplies per 2x2 output tile and input channel instead of 36.
+# convolutions of enough channels: the input transform (winograd_in.comp), 16 GEMMs of the
+# transformed operands in one dispatch (gemm.comp BATCH, the gemm unit's blocking) and the output
+# transform with bias and epilogue (winograd_out.comp): 16 multiplies per 2x2 output tile and
+# input channel instead of 36.
 # The tuning unit conv3x3 chooses it over the direct kernel per layer shape class (`gpubackend
 # tune`); untuned, a layer takes Winograd where :func:`winograd_pays` (measured on llvmpipe and
 # lavapipe; not on a real GPU).

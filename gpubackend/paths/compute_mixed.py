@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from .. import mixed_precision
-from ..graph import Graph, Node, Shape
+from ..graph import Graph, Node
 from . import compute_kernels as ck
 
 # kernel -> (binding roles that may be fp32 beside fp16 ones, the define per binding index)
@@ -133,7 +133,7 @@ def plan(records: list[ck.Record], nodes: list[Node], graph: Graph, boundary: se
                     elif b.role == "out":
                         after.append(ck.cast_record(copy, b.name, shape, False, r.node))
                     wide[b.name] = copy
-                    b = replace(b, name=copy)
+                    b = replace(b, name=copy, shape=shape)  # a scratch tensor: sized by its binding
                 bindings.append(b)
             out += [*before, _fp32_variant(r, tuple(bindings)), *after]
         elif len(kept) == len(bound):
@@ -143,12 +143,6 @@ def plan(records: list[ck.Record], nodes: list[Node], graph: Graph, boundary: se
             widened = {d for d in r.defines if d[0] != "FP16_COMPUTE"} | {(names[i], 1) for i, _ in kept}
             out.append(replace(r, defines=tuple(sorted(widened))))
     return out, keep | set(wide.values())
-
-
-def shape(graph: Graph, name: str) -> Shape | None:
-    """The static shape of tensor ``name`` in a segment planned with :func:`plan` (a ``WIDE``
-    copy has its tensor's)."""
-    return graph.shape(name.removesuffix(WIDE))
 
 
 def describe(nodes: list[Node], graph: Graph, kept: set[str]) -> str:
@@ -166,4 +160,4 @@ def storage(name: str, keep: set[str], precision: str) -> str:
     return "fp32" if name in keep else precision
 
 
-__all__ = ["WIDE", "describe", "plan", "shape", "storage"]
+__all__ = ["WIDE", "describe", "plan", "storage"]

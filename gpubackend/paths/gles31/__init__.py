@@ -235,7 +235,7 @@ class Gles31Segment(Segment):
 
         def size_of(name: str) -> int:
             if name not in size:
-                shape = scratch.get(name) or compute_mixed.shape(graph, name)
+                shape = scratch.get(name) or graph.shape(name)
                 if shape is None:
                     raise ValueError(f"gles31: no static shape for {name!r}")
                 size[name] = ck.storage_bytes(tuple(shape), compute_mixed.storage(name, kept, prec))

@@ -136,6 +136,7 @@ class VulkanSegment(Segment):
         prog = Program()
         alias: dict[str, str] = {}  # tensor -> buffer holding it
         outs = set(self.outputs)
+        scratch = ck.scratch_shapes(records)  # Winograd operands, fp32 copies of a precision plan
 
         def buf(name: str) -> str:
             return alias.get(name, name)
@@ -178,7 +179,7 @@ class VulkanSegment(Segment):
                         raise ValueError(f"vulkan: {rec.node} reads {b.name!r}, produced by no earlier node")
                     bindings.append(buf(b.name))
                 else:
-                    shape = tuple(int(d) for d in b.shape or compute_mixed.shape(graph, b.name) or ())
+                    shape = tuple(int(d) for d in scratch.get(b.name) or graph.shape(b.name) or ())
                     prog.add_buffer(self._spec(b.name, shape, "output" if b.name in outs else "temp"))
                     bindings.append(b.name)
             push = push_words(rec)
