@@ -88,6 +88,8 @@ class Unit:
     # shape class -> its kind ("" for most): layers whose best variant differs by kind on the
     # devices measured (a gemm of one row wants other blocking than one of thousands)
     kind_of: Callable[[str], str] = lambda shape_class: ""
+    # the tunable paths whose kernels ask for this unit (Vulkan-only storage forms: "loads")
+    paths: tuple[str, ...] = TUNABLE_PATHS
 
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -121,10 +123,11 @@ def _registered() -> dict[str, Unit]:
 
 def register(unit: str, variants: list[Variant], defaults: Mapping[str, str],
              first_use: Mapping[str, Sequence[str]] | None = None,
-             kind_of: Callable[[str], str] | None = None) -> None:
+             kind_of: Callable[[str], str] | None = None, paths: Sequence[str] = TUNABLE_PATHS) -> None:
     """Declare the variants of ``unit``, its default per device class (``"*"`` required), the
-    variants the first-use measurement times per device class (besides the default), and the
-    shape kind of a shape class that gets a device-wide record of its own (``kind_of``)."""
+    variants the first-use measurement times per device class (besides the default), the
+    shape kind of a shape class that gets a device-wide record of its own (``kind_of``), and the
+    paths that ask for it."""
     names = [v.name for v in variants]
     timed = {n for group in (first_use or {}).values() for n in group}
     if len(set(names)) != len(names) or "*" not in defaults or not set(defaults.values()) <= set(names) \
@@ -132,7 +135,7 @@ def register(unit: str, variants: list[Variant], defaults: Mapping[str, str],
         raise ValueError(f"tuning unit {unit!r}: bad variants {names}, defaults {dict(defaults)} "
                          f"or first-use variants {sorted(timed - set(names))}")
     _UNITS[unit] = Unit(tuple(variants), dict(defaults), {k: tuple(v) for k, v in (first_use or {}).items()},
-                        kind_of or (lambda shape_class: ""))
+                        kind_of or (lambda shape_class: ""), tuple(paths))
 
 
 def units() -> dict[str, Unit]:
@@ -424,7 +427,7 @@ def device_wide_lines(fingerprint: Mapping[str, Any] | None) -> list[str]:
         if not table.fingerprint_id:
             continue
         picks = []
-        for unit in sorted(_registered()):
+        for unit in sorted(u for u, spec in _registered().items() if path in spec.paths):
             general = table.choose(unit, DEVICE_WIDE)
             picks.append(f"{unit} {general.variant.name} ({general.why})")
             prefix = record_key(path, unit, device_wide_class("?"))[:-1]

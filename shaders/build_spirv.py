@@ -44,6 +44,9 @@ class SpirvBuildError(RuntimeError):
 # through a buffer texture, compute/weights.glsl, compute/input_x.glsl, compute/resize.comp); the
 # Vulkan source ignores them, so a variant with one is the same binary.
 GL_ONLY_DEFINES = frozenset({"TEXT", "TEXW", "TEXX"})
+# Every fp32-storage variant is also built with the defines of the "loads" tuning unit's 64-bit
+# form (compute/prelude.glsl WIDE), which the Vulkan path adds per device (paths/vulkan, widened).
+WIDE = {"WIDE": 1}
 
 
 def normalize(defines: Mapping[str, object] | Iterable[tuple[str, object]] | None) -> tuple[tuple[str, str], ...]:
@@ -122,6 +125,8 @@ def variants() -> list[tuple[str, tuple[tuple[str, str], ...]]]:
     if listed is not None:
         for shader, defines in listed():
             out.append((Path(shader).name, normalize(defines)))
+            if "FP16" not in dict(defines):  # the 64-bit storage form (tuning unit "loads")
+                out.append((Path(shader).name, normalize({**dict(defines), **WIDE})))
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     unique = []
     for item in out:

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from test_ops import Case, _check, _node, _u
+from test_ops import CASES, KERNEL_CASES, Case, _check, _node, _u
 
 import gpubackend
 from gpubackend import fallback, tuning
@@ -78,6 +78,42 @@ def test_every_variant_matches_the_reference(unit: str, variant: str, case: Case
     assert seen and {v for _, u, _, v in seen if u == unit} == {variant}
 
 
+# The "loads" unit (Vulkan only: every fp32-storage kernel reads and writes its buffers as 64-bit
+# words or as vec4s) on every op case that runs on Vulkan at fp32; the default tier takes one case
+# per kernel (each shader's storage declarations differ), the rest is slow.
+def _loads_params() -> list:
+    out, seen = [], set()
+    for case in CASES + KERNEL_CASES:
+        if "vulkan" not in case.paths or "fp32" not in case.precisions or "vulkan" in case.declines:
+            continue
+        first = (case.kernel or case.op) not in seen
+        seen.add(case.kernel or case.op)
+        out += [pytest.param(case, v.name, id=f"{case.id}-{v.name}", marks=() if first else pytest.mark.slow)
+                for v in tuning.variants("loads")]
+    return out
+
+
+@pytest.mark.parametrize("case,variant", _loads_params())
+def test_every_loads_variant_matches_the_reference_on_vulkan(case: Case, variant: str) -> None:
+    with tuning.forced(loads=variant), tuning.recording() as seen:
+        _check(case, "vulkan", "fp32")
+    assert {v for _, u, _, v in seen if u == "loads"} == {variant}
+
+
+def test_lavapipe_reads_wide_and_explain_says_so() -> None:
+    table = tuning.load("vulkan", gpubackend.probe().fingerprint)
+    model = _conv_model()  # random weights: one model for every session
+    with gpubackend.Session(model, path="cpu") as sess:
+        want = sess.run({"x": X8})[0]
+    with gpubackend.Session(model, path="vulkan", fallback=False) as sess:
+        np.testing.assert_allclose(sess.run({"x": X8})[0], want, rtol=1e-5, atol=1e-5)
+        wide = f"variant: loads wide x1 (default for {table.device_class})" in sess.explain()
+        assert wide == (table.device_class == "lavapipe")
+    with tuning.forced(loads="vec4"), gpubackend.Session(model, path="vulkan", fallback=False) as sess:
+        np.testing.assert_allclose(sess.run({"x": X8})[0], want, rtol=1e-5, atol=1e-5)
+        assert "variant: loads" not in sess.explain()
+
+
 # A subgroup-broadcast (SG) kernel reads the weights other lanes loaded: with fewer pixels or rows
 # than the 8 broadcasting lanes its workgroup must still hold 8 invocations, all active.
 SG_SMALL = [("gemm", "px4cb4sg", _node("gemm_3x6x9_sg_fewer_rows_than_lanes", "gemm", "Gemm",
@@ -121,7 +157,8 @@ def test_strip_variant_on_3x3_layers(variant: str, case: Case, path: str) -> Non
 
 
 def test_every_registered_variant_is_tested() -> None:
-    assert set(tuning.units()) == set(UNIT_CASES)
+    assert set(tuning.units()) == set(UNIT_CASES) | {"loads"}  # loads: every op case, below
+    assert tuning.units()["loads"].paths == ("vulkan",) and _loads_params()
     for unit in UNIT_CASES:
         assert len(tuning.variants(unit)) >= 2
 
@@ -236,7 +273,7 @@ def test_tune_command_stores_the_fastest_variant_and_sessions_use_it(tmp_path, m
     assert main(["tune", str(model), "--path", "vulkan", "--rounds", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["unit"], r["shape_class"], r["nodes"]) for r in rows] == [("conv", "k3x3 s1x1 d1x1 g1 ci8 co16 px128",
-                                                                           ["c0"])]
+                                                                           ["c0"]), ("loads", "*", ["c0"])]
     row = rows[0]
     assert row["stored"] and set(row["seconds"]) == {v.name for v in distinct_variants(tuning.variants("conv"),
                                                                                            "vulkan")}
@@ -268,7 +305,9 @@ def test_device_wide_record_serves_classes_without_their_own(cache) -> None:
                                                f"{got.why[-10:]}), conv3x3 winograd (default for lavapipe), "
                                                f"gemm px8cb2 (measured at first use "
                                                f"{got.why[-10:]}), gemm [rows<=16] px4cb4 (measured at first use "
-                                               f"{got.why[-10:]}), reads ssbo (default for lavapipe)")
+                                               f"{got.why[-10:]}), loads wide (default for lavapipe), "
+                                               "reads ssbo (default for lavapipe)")
+    assert "loads" not in tuning.device_wide_lines(FP)[1]  # gles31: GL ES reads vec4s
     assert tuning.load("vulkan", FP, forced={"conv": "bx16cb1"}).choose("conv", "k3x3 c").why == "forced"
 
 

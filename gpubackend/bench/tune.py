@@ -133,6 +133,8 @@ def tune_model(model: str | bytes, path: str, precision: str = "fp32", rounds: i
     table = tuning.load(path, gpubackend.probe().fingerprint)
     rows: list[dict[str, Any]] = []
     for unit, spec in tuning.units().items():
+        if path not in spec.paths:
+            continue
         trials = [{unit: v.name} for v in distinct_variants(spec.variants, path)]
         results = [r for r in time_variants(data, path, trials, feeds, rounds,
                                             SessionOptions(precision=precision), input_shapes) if not r.error]

@@ -130,6 +130,15 @@ tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("T
                 {"*": "ssbo", "llvmpipe": "tex"})
 
 
+# loads (Vulkan only, chosen per device by paths/vulkan for every fp32-storage kernel): storage
+# buffers read and written as 64-bit words (WIDE, compute/prelude.glsl) or as vec4s. On lavapipe
+# the 64-bit form halves the per-lane loops of each access: whole models 1.09-1.22x (yolov8n,
+# mobilenetv3, selfie, ppocr_v4_det, interleaved, quiet). Elsewhere vec4: WIDE needs shaderInt64,
+# which Kompute does not enable (lavapipe compiles it regardless; a real driver need not).
+tuning.register("loads", [tuning.Variant("vec4", ()), tuning.Variant("wide", (("WIDE", 1),))],
+                {"*": "vec4", "lavapipe": "wide"}, paths=("vulkan",))
+
+
 def _input_texture(choice: tuning.Choice) -> dict[str, int]:
     """The defines of a ``reads`` choice for a kernel whose only buffer texture can be its
     input at binding 0 (its binding 1 is not weights)."""

@@ -151,11 +151,12 @@ class KernelCache:
     ops records are memoised on too), and leave when the node is collected (``weakref.finalize``),
     so the cache keeps no node or graph alive. ``context`` may be a callable, called once on first
     use (a path whose context needs its driver). ``accept(node, generated, graph)`` is the path's
-    last word on a generated kernel (e.g. Vulkan: its SPIR-V variant is shipped), a reason or None."""
+    last word on a generated kernel (e.g. Vulkan: its SPIR-V variant is shipped): a reason, the
+    generated kernel as the path will run it, or None (as generated)."""
 
     def __init__(self, registry: KernelRegistry, context: Any, disabled: frozenset[str] = frozenset(),
                  lazy_context: bool = False,
-                 accept: Callable[[Node, Generated, Graph], str | None] | None = None):
+                 accept: Callable[[Node, Generated, Graph], str | Generated | None] | None = None):
         self.registry = registry
         self.accept = accept
         self._context = context

@@ -126,7 +126,8 @@ void main() {
             for (int kx = 0; kx < 3; kx++) {
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + kx * p.ci4 * 4 + c4 * 4;
-                    vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
+                    vec4 w0, w1, w2, w3;
+                    WLOAD4(wi, w0, w1, w2, w3)
                     for (int i = 0; i < BX; i++) {
                         vec4 xi = XV(i);
                         acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3;
@@ -178,7 +179,8 @@ void main() {
                 for (int i = 0; i < BX; i++) xv[i] = ok[i] ? LDX(ix[i] + c4) : vec4(0.0);
                 for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
-                    vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
+                    vec4 w0, w1, w2, w3;
+                    WLOAD4(wi, w0, w1, w2, w3)
                     for (int i = 0; i < BX; i++)
                         acc[c * BX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
                 }

@@ -86,7 +86,8 @@ void main() {
 #endif
         for (int c = 0; c < CB; c++) {
             int wi = woff + (co4_0 + c) * wstride + c4 * 4;
-            vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
+            vec4 w0, w1, w2, w3;
+            WLOAD4(wi, w0, w1, w2, w3)
             for (int i = 0; i < PX; i++)
                 acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
         }

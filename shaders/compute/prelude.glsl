@@ -34,7 +34,18 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 #endif
 #define PARAMS_END } p;
 
-#ifdef FP16
+// WIDE (Vulkan, fp32 storage; the "loads" tuning unit, chosen by gpubackend/paths/vulkan): the same
+// vec4 buffers declared as pairs of 64-bit words. lavapipe compiles every storage-buffer access
+// into a loop over the 8 SIMD lanes with a bounds check per component, so two 64-bit components
+// cost about half of four 32-bit ones (docs/performance.md, "Wide loads"). Needs shaderInt64.
+#if defined(WIDE) && defined(VULKAN) && !defined(FP16)
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+vec4 wide_vec4(u64vec2 u) { return uintBitsToFloat(uvec4(unpack32(u.x), unpack32(u.y))); }
+u64vec2 vec4_wide(vec4 v) { uvec4 b = floatBitsToUint(v); return u64vec2(pack64(b.xy), pack64(b.zw)); }
+#define SVEC4 u64vec2
+#define LD(buf, i) wide_vec4(buf[i])
+#define ST(buf, i, v) { buf[i] = vec4_wide(v); }
+#elif defined(FP16)
 #define SVEC4 uvec2
 #define LD(buf, i) vec4(unpackHalf2x16(buf[i].x), unpackHalf2x16(buf[i].y))
 #define ST(buf, i, v) { vec4 st_v_ = (v); buf[i] = uvec2(packHalf2x16(st_v_.xy), packHalf2x16(st_v_.zw)); }

@@ -53,10 +53,24 @@ layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
 #define WLOAD(i) texelFetch(w_tex, i)
 #define ACC_INIT(i) bias[i]
 #define ACC_DONE(acc, i) (acc)
+#elif defined(WIDE) && defined(VULKAN) && !defined(FP16)
+// WIDE (compute/prelude.glsl): 64-bit words; WLOAD4 reads the four vec4 of one input block (i a
+// multiple of 4) as two 256-bit elements of the same buffer, half the lane loops of four WLOADs.
+layout(std430, binding = 1) readonly buffer W { u64vec2 w[]; };
+layout(std430, binding = 1) readonly buffer W4 { u64vec4 w4[]; };
+layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
+#define WLOAD(i) wide_vec4(w[i])
+#define WLOAD4(i, a, b, c, d) { u64vec4 lo_ = w4[(i) >> 1], hi_ = w4[((i) >> 1) + 1]; \
+    a = wide_vec4(lo_.xy); b = wide_vec4(lo_.zw); c = wide_vec4(hi_.xy); d = wide_vec4(hi_.zw); }
+#define ACC_INIT(i) bias[i]
+#define ACC_DONE(acc, i) (acc)
 #else
 layout(std430, binding = 1) readonly buffer W { vec4 w[]; };
 layout(std430, binding = 2) readonly buffer B { vec4 bias[]; };
 #define WLOAD(i) w[i]
 #define ACC_INIT(i) bias[i]
 #define ACC_DONE(acc, i) (acc)
+#endif
+#ifndef WLOAD4
+#define WLOAD4(i, a, b, c, d) { a = WLOAD(i); b = WLOAD((i) + 1); c = WLOAD((i) + 2); d = WLOAD((i) + 3); }
 #endif

@@ -11,12 +11,14 @@ storage is ``packHalf2x16`` words in uint32 tensors with fp32 arithmetic.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any
 
 import numpy as np
 
+from ... import tuning
 from ...graph import Graph, Node
 from .. import compute_kernels as ck
 from .. import compute_mixed, compute_quant
@@ -28,6 +30,14 @@ from .program import BufferSpec, Compiled, Edge, Program, Step, reuse_temps
 # Set to "0" to evaluate one sequence per node instead of replaying the recorded segment
 # (the comparison the benchmark reports).
 RECORD_ENV = "GPUBACKEND_VULKAN_RECORD"
+
+
+def widened(rec: ck.Record, defines: tuple[tuple[str, int], ...]) -> ck.Record:
+    """``rec`` with the defines of a ``loads`` variant (WIDE) when it stores fp32 (an FP16
+    kernel keeps its packed-half words)."""
+    if not isinstance(rec, ck.Kernel) or ("FP16", 1) in rec.defines:
+        return rec
+    return dataclasses.replace(rec, defines=tuple(sorted({**dict(rec.defines), **dict(defines)}.items())))
 
 
 def spv_for(k: ck.Kernel) -> str:
@@ -249,6 +259,7 @@ class VulkanPath(Path):
         self.record_once = os.environ.get(RECORD_ENV, "1") != "0"
         self._dev: VkDevice | None = None
         self.kernels = KernelCache(ck.REGISTRY, precision, disabled_kernels, accept=self._shipped)
+        self.loads: tuning.Choice | None = None  # the last "loads" choice that widened a kernel
 
     @property
     def dev(self) -> VkDevice:
@@ -256,15 +267,27 @@ class VulkanPath(Path):
             self._dev = VkDevice()
         return self._dev
 
-    def _shipped(self, node: Node, generated: Generated, graph: Graph) -> str | None:
-        return _check_shipped(generated.payload, graph, self.precision)
+    def _shipped(self, node: Node, generated: Generated, graph: Graph) -> str | Generated:
+        """The node's records in the storage form this device reads (tuning unit ``loads``), or
+        why their SPIR-V is not shipped."""
+        with tuning.active(self.kernels.tuning):
+            choice = tuning.choose("loads", tuning.DEVICE_WIDE, node.name)
+        records = generated.payload
+        if choice.variant.defines:
+            self.loads = choice
+            records = [widened(r, choice.variant.defines) for r in records]
+        return _check_shipped(records, graph, self.precision) or generated._replace(payload=records)
 
     def decline(self, node: Node, graph: Graph) -> str | None:
         return self.kernels.decline(node, graph)
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         records: list[ck.Record] = [r for recs in self.kernels.payloads(nodes, graph, KEY) for r in recs]
-        return VulkanSegment(self.dev, nodes, graph, inputs, outputs, records, self.precision, self.record_once)
+        seg = VulkanSegment(self.dev, nodes, graph, inputs, outputs, records, self.precision, self.record_once)
+        wide = [r.kernel for r in records if isinstance(r, ck.Kernel) and ("WIDE", 1) in r.defines]
+        if wide and self.loads is not None:
+            seg.notes.append(f"variant: loads {self.loads.variant.name} x{len(wide)} ({self.loads.why})")
+        return seg
 
     def close(self) -> None:
         self.kernels.clear()
