@@ -90,13 +90,15 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 # First use times a few variants per device class (each is one more compile, 0.1-6 s on a software
 # driver with a cold shader cache: the 8x4 blockings are the slow ones to compile and were never
 # the fastest): on llvmpipe the buffer-texture family, 2-3x faster than any storage-buffer variant
-# on both CPUs measured; on lavapipe the default of the AMD EPYC (SG + strip) against the two
-# plain blockings that win on the Intel Xeon (bx16cb1, px16cb1 and px4cb2 trailed them there on
-# every representative layer); elsewhere the plain blockings and the narrow workgroup.
+# on both CPUs measured; on lavapipe, since the 64-bit loads ("loads" below; WLOAD4 reads a block's
+# weights in two accesses, which SG variants do not use), the Intel Xeon's best, bx4cb2 / px4cb2
+# (1.2-3.2x the old SG defaults on 43 of 48 yolov8n and mobilenetv3 layer classes, `gpubackend tune
+# --dry-run`), against the AMD EPYC's old SG defaults and one more plain blocking; elsewhere the
+# plain blockings and the narrow workgroup.
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
-                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb4sgk3", "llvmpipe": "bx4cb4tex"},
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb2", "llvmpipe": "bx4cb4tex"},
                 first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
-                           "lavapipe": ("bx8cb2", "bx4cb4"),
+                           "lavapipe": ("bx4cb4sgk3", "bx16cb1"),
                            "llvmpipe": ("bx8cb2tex",)})
 
 
@@ -116,9 +118,9 @@ def _gemm_kind(shape_class: str) -> str:
 
 
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
-                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb4sg", "llvmpipe": "px4cb4tex"},
+                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb2", "llvmpipe": "px4cb4tex"},
                 first_use={"*": ("px8cb2", "px4cb4", "px16cb1", "px8cb2w16"),
-                           "lavapipe": ("px8cb2", "px4cb4"),
+                           "lavapipe": ("px8cb2", "px4cb4sg"),
                            "llvmpipe": ("px8cb2tex",)},
                 kind_of=_gemm_kind)
 # reads (depthwise, ConvTranspose, Resize, pooling, Concat): input and weights (Resize: its tap
