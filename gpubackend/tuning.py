@@ -50,7 +50,9 @@ TUNING_FILE = "tuning.json"
 # serves every layer whose shape class has no record of its own. A unit that declares shape
 # *kinds* (gemm: "rows<=16") gets one more per kind, "* rows<=16", for the layers of that kind.
 DEVICE_WIDE = "*"
-FORMAT_VERSION = 1
+# 2 (eleventh session): the Vulkan 64-bit loads changed which blocking wins on lavapipe; a file
+# of an older version holds measurements of older kernels and is dropped (first use measures again).
+FORMAT_VERSION = 2
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
 # The paths whose kernels read a tuning table (the compute paths, through compute_kernels).
 TUNABLE_PATHS = ("vulkan", "gles31")
@@ -350,6 +352,9 @@ def _read_file() -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         warnings.warn(f"tuning file {path} is unreadable ({exc}); ignored (defaults are used, "
                       "`gpubackend tune` rewrites it)", TuningWarning, stacklevel=3)
+        return {"version": FORMAT_VERSION, "drivers": {}}
+    if isinstance(data, dict) and isinstance(data.get("version"), int) and 0 < data["version"] < FORMAT_VERSION:
+        log.info("tuning file %s measured older kernels (version %s); measuring again", path, data["version"])
         return {"version": FORMAT_VERSION, "drivers": {}}
     if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION or not isinstance(data.get("drivers"), dict):
         warnings.warn(f"tuning file {path} has an unknown layout; ignored", TuningWarning, stacklevel=3)

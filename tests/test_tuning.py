@@ -196,6 +196,21 @@ def test_record_survives_a_reload_and_keys_on_path_and_driver(cache) -> None:
     assert tuning.load("vulkan", other).choose("conv", "k3x3 c").why == "default for lavapipe"  # another driver
 
 
+def test_file_of_older_kernels_is_dropped_quietly(cache, recwarn) -> None:
+    table = tuning.load("vulkan", FP)
+    tuning.store(table, "conv", "a", "bx4cb4", {"bx4cb4": 1e-3})
+    data = json.loads(tuning.tuning_file().read_text())
+    assert data["version"] == tuning.FORMAT_VERSION
+    data["version"] = tuning.FORMAT_VERSION - 1  # measured before the kernels changed
+    tuning.tuning_file().write_text(json.dumps(data))
+    assert tuning.load("vulkan", FP).choose("conv", "a").why == "default for lavapipe"
+    assert not [w for w in recwarn if issubclass(w.category, tuning.TuningWarning)]
+    data["version"] = tuning.FORMAT_VERSION + 1  # a newer layout: unknown, with a warning
+    tuning.tuning_file().write_text(json.dumps(data))
+    with pytest.warns(tuning.TuningWarning, match="unknown layout"):
+        assert tuning.load("vulkan", FP).choose("conv", "a").why == "default for lavapipe"
+
+
 def test_corrupt_record_is_ignored_with_a_warning(cache) -> None:
     table = tuning.load("vulkan", FP)
     tuning.store(table, "conv", "a", "bx4cb4", {"bx4cb4": 1e-3})
