@@ -269,8 +269,10 @@ def _qdq(node: Node, graph: Graph, precision: str) -> list[ck.Record]:
 def register(registry: dict[str, list[tuple[str, ck.Generator]]]) -> None:
     """Put the quantized candidates into the compute registry (before the float ones)."""
     for op, names in _WEIGHT_KERNELS.items():
-        floats = dict(registry[op])
-        quantized = [(qname, _weight_candidate(qname, floats[fname])) for qname, fname in names]
+        # every float generator of that name, in the registry's order (ConvTranspose has two: the
+        # per-tap GEMM, then the generic gather, 4x slower on selfie's layer when it ran alone)
+        quantized = [(qname, _weight_candidate(qname, gen)) for qname, fname in names
+                     for cname, gen in registry[op] if cname == fname]
         registry[op] = quantized + [c for c in registry[op] if c[0] not in {q for q, _ in quantized}]
     registry["QuantizeLinear"] = [("quantize", _qdq)]
     registry["DequantizeLinear"] = [("dequantize", _qdq)]
@@ -292,6 +294,8 @@ def variants(precisions: tuple[str, ...], act_codes: list[int]) -> list[tuple[st
                                                                       QW=qw)))
         for act in act_codes:
             out.append(("compute/convtranspose.comp", ck._variant(prec, ACT=act, CB=ck.CONVT_CB, QW=1)))
+            out += [("compute/convtranspose_tap.comp", ck._variant(prec, ACT=act, PX=ck.CONVT_PX, CB=cb, QW=1))
+                    for cb in (1, ck.CONVT_CB)]
         for per_axis in ({}, {"PER_AXIS": 1}):
             out.append(("compute/quantize.comp", ck._variant(prec, **per_axis)))
             out.append(("compute/quantize.comp", ck._variant(prec, DEQUANT=1, **per_axis)))
