@@ -16,12 +16,19 @@
 // either way). B holds (zero point, lo, hi, NB) at 0, (A, S, 0, 0) at 1, then the multiplier of
 // block i at i + 2: 4 bytes per output channel instead of 8.
 #ifdef QW
+// WLOAD4 reads the four words of one input block (i a multiple of 4) as one uvec4 of the same
+// buffer: one storage-buffer access instead of four (each a loop over the SIMD lanes on the
+// software drivers).
 layout(std430, binding = 1) readonly buffer W { uint wq[]; };
+layout(std430, binding = 1) readonly buffer W4 { uvec4 wq4[]; };
 layout(std430, binding = 2) readonly buffer B { vec4 bias_scale[]; };
+#define WLOAD(i) q8_word(wq[i], i)
+#define WLOAD4(i, a, b, c, d) { uvec4 q4_ = wq4[(i) >> 2]; \
+    a = q8_word(q4_.x, i); b = q8_word(q4_.y, (i) + 1); c = q8_word(q4_.z, (i) + 2); d = q8_word(q4_.w, (i) + 3); }
 #if QW == 3
-vec4 q8_load(int i) {
+vec4 q8_word(uint word, int i) {
     int sh = uint(i - int(bias_scale[1].x)) < uint(int(bias_scale[0].w) * int(bias_scale[1].y)) ? 1 : 0;
-    return vec4((ivec4(wq[i]) << (ivec4(24, 16, 8, 0) + sh)) >> (24 + sh));
+    return vec4((ivec4(word) << (ivec4(24, 16, 8, 0) + sh)) >> (24 + sh));
 }
 vec4 q8_spare_bias(int i) {
     int nb = int(bias_scale[0].w), at = int(bias_scale[1].x) + i, stride = int(bias_scale[1].y);
@@ -29,12 +36,11 @@ vec4 q8_spare_bias(int i) {
     for (int j = 0; j < nb; j++) bits |= ((uvec4(wq[at + j * stride]) >> uvec4(7u, 15u, 23u, 31u)) & 1u) << uint(j);
     return vec4((ivec4(bits) << (32 - nb)) >> (32 - nb));
 }
-#define WLOAD(i) q8_load(i)
 #define ACC_INIT(i) q8_spare_bias(i)
 #define ACC_DONE(acc, i) clamp(roundEven((acc) * bias_scale[(i) + 2]) + bias_scale[0].x, \
     vec4(bias_scale[0].y), vec4(bias_scale[0].z))
 #else
-#define WLOAD(i) vec4((ivec4(wq[i]) << ivec4(24, 16, 8, 0)) >> 24)
+vec4 q8_word(uint word, int i) { return vec4((ivec4(word) << ivec4(24, 16, 8, 0)) >> 24); }
 #define ACC_INIT(i) vec4(0.0)
 #endif
 #if QW == 2
