@@ -135,8 +135,9 @@ tuning.register("reads", [tuning.Variant("ssbo", ()), tuning.Variant("tex", (("T
 # loads (Vulkan only, chosen per device by paths/vulkan for every fp32-storage kernel): storage
 # buffers read and written as 64-bit words (WIDE, compute/prelude.glsl) or as vec4s. On lavapipe
 # the 64-bit form about halves the per-lane loop of each access: whole models 1.13-1.29x with the
-# same blockings (selfie, mobilenetv3, yolov8n, ppocr_v4_det, interleaved, quiet; docs/performance.md). Elsewhere vec4: WIDE needs shaderInt64,
-# which Kompute does not enable (lavapipe compiles it regardless; a real driver need not).
+# same blockings (selfie, mobilenetv3, yolov8n, ppocr_v4_det, interleaved, quiet; docs/performance.md).
+# Elsewhere vec4: WIDE needs shaderInt64, which Kompute does not enable (lavapipe compiles it
+# regardless; a real driver need not).
 tuning.register("loads", [tuning.Variant("vec4", ()), tuning.Variant("wide", (("WIDE", 1),))],
                 {"*": "vec4", "lavapipe": "wide"}, paths=("vulkan",))
 
