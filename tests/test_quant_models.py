@@ -150,6 +150,27 @@ def _quantized_test_model(which: str, size: int, fmt: str) -> tuple[str, onnx.Mo
     return str(dest), proto, {"input": photo}
 
 
+@pytest.mark.slow  # cold: unet_like 256 quantized, then compiled twice on gles31 (minutes)
+def test_unet_like_int8_weight_bytes_at_least_3_5x_smaller_like_for_like() -> None:
+    """The U-Net-like test model at 256: int8 weight bytes against the float model's with the
+    direct 3x3 kernel (Winograd's transformed weights take 16/9 the bytes, which would flatter
+    the ratio; int8 layers never run Winograd)."""
+    from gpubackend import tuning
+
+    qpath, proto, feeds = _quantized_test_model("unet_like", TEST_MODELS["unet_like"]["full"], "QDQ")
+
+    def weight_bytes(model: str | bytes) -> int:
+        with gpubackend.Session(model, path="gles31", fallback=False) as sess:
+            sess.run(feeds)
+            line = next(x for x in sess.explain().splitlines() if x.startswith("device weight bytes"))
+        return sum(int(part.split("=")[1]) for part in line.split(": ", 1)[1].split(", "))
+
+    with tuning.forced(conv3x3="direct"):
+        f, q = weight_bytes(proto.SerializeToString()), weight_bytes(qpath)
+    print(f"unet_like 256: device weight bytes float {f}, int8 {q} ({f / q:.2f}x smaller)")
+    assert f >= 3.5 * q
+
+
 @pytest.mark.parametrize("which,size_kind,path,fmt", [
     pytest.param(w, kind, p, f, marks=[] if kind == "small" and f == "QDQ" and (w, p) in TEST_MODEL_DEFAULT
                  else [pytest.mark.slow])
