@@ -37,7 +37,7 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 // WIDE (Vulkan, fp32 storage; the "loads" tuning unit, chosen by gpubackend/paths/vulkan): the same
 // vec4 buffers declared as pairs of 64-bit words. lavapipe compiles every storage-buffer access
 // into a loop over the 8 SIMD lanes with a bounds check per component, so two 64-bit components
-// cost about half of four 32-bit ones (docs/performance.md, "Wide loads"). Needs shaderInt64.
+// cost about half of four 32-bit ones (docs/performance.md, "Eleventh session"). Needs shaderInt64.
 #if defined(WIDE) && defined(VULKAN) && !defined(FP16)
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 vec4 wide_vec4(u64vec2 u) { return uintBitsToFloat(uvec4(unpack32(u.x), unpack32(u.y))); }

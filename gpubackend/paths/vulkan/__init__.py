@@ -35,7 +35,7 @@ RECORD_ENV = "GPUBACKEND_VULKAN_RECORD"
 def widened(rec: ck.Record, defines: tuple[tuple[str, int], ...]) -> ck.Record:
     """``rec`` with the defines of a ``loads`` variant (WIDE) when it stores fp32 (an FP16
     kernel keeps its packed-half words)."""
-    if not isinstance(rec, ck.Kernel) or ("FP16", 1) in rec.defines:
+    if not isinstance(rec, ck.Kernel) or dict(rec.defines).get("FP16"):
         return rec
     return dataclasses.replace(rec, defines=tuple(sorted({**dict(rec.defines), **dict(defines)}.items())))
 
@@ -259,7 +259,6 @@ class VulkanPath(Path):
         self.record_once = os.environ.get(RECORD_ENV, "1") != "0"
         self._dev: VkDevice | None = None
         self.kernels = KernelCache(ck.REGISTRY, precision, disabled_kernels, accept=self._shipped)
-        self.loads: tuning.Choice | None = None  # the last "loads" choice that widened a kernel
 
     @property
     def dev(self) -> VkDevice:
@@ -270,13 +269,15 @@ class VulkanPath(Path):
     def _shipped(self, node: Node, generated: Generated, graph: Graph) -> str | Generated:
         """The node's records in the storage form this device reads (tuning unit ``loads``), or
         why their SPIR-V is not shipped."""
-        with tuning.active(self.kernels.tuning):
-            choice = tuning.choose("loads", tuning.DEVICE_WIDE, node.name)
-        records = generated.payload
-        if choice.variant.defines:
-            self.loads = choice
-            records = [widened(r, choice.variant.defines) for r in records]
+        choice = self._loads(node.name)
+        records = [widened(r, choice.variant.defines) for r in generated.payload] \
+            if choice.variant.defines else generated.payload
         return _check_shipped(records, graph, self.precision) or generated._replace(payload=records)
+
+    def _loads(self, node: str = "") -> tuning.Choice:
+        """This device's storage form (tuning unit ``loads``, one choice per driver)."""
+        with tuning.active(self.kernels.tuning):
+            return tuning.choose("loads", tuning.DEVICE_WIDE, node)
 
     def decline(self, node: Node, graph: Graph) -> str | None:
         return self.kernels.decline(node, graph)
@@ -284,9 +285,10 @@ class VulkanPath(Path):
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         records: list[ck.Record] = [r for recs in self.kernels.payloads(nodes, graph, KEY) for r in recs]
         seg = VulkanSegment(self.dev, nodes, graph, inputs, outputs, records, self.precision, self.record_once)
-        wide = [r.kernel for r in records if isinstance(r, ck.Kernel) and ("WIDE", 1) in r.defines]
-        if wide and self.loads is not None:
-            seg.notes.append(f"variant: loads {self.loads.variant.name} x{len(wide)} ({self.loads.why})")
+        wide = sum(1 for r in records if isinstance(r, ck.Kernel) and dict(r.defines).get("WIDE"))
+        if wide:
+            loads = self._loads()
+            seg.notes.append(f"variant: loads {loads.variant.name} x{wide} ({loads.why})")
         return seg
 
     def close(self) -> None:
