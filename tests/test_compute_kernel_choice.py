@@ -127,3 +127,63 @@ def test_flat_unary_ops_keep_ieee_specials(path: str) -> None:
         want = fallback.run_node(op, [x], {}, 17)[0]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{op} on {path}")
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} on {path}")
+
+
+# ---- Resize taps: one entry per axis where the shader's coordinate arithmetic is exact ----------
+_RESIZE_GEOMETRIES = [  # (input shape, scales, coordinate mode, per-axis entries expected)
+    ((1, 5, 6, 5), [1, 1, 2, 2], "half_pixel", True), ((1, 3, 7, 9), [1, 1, 4, 2], "asymmetric", True),
+    ((1, 4, 8, 6), [1, 1, 0.5, 0.5], "half_pixel", True), ((2, 6, 3, 5), [1, 1, 2, 8], "pytorch_half_pixel", True),
+    ((1, 4, 6, 6), [1, 1, 1.5, 1.5], "half_pixel", False), ((1, 4, 5, 7), [1, 1, 2, 2], "align_corners", False)]
+
+
+def _resize_model(shape: tuple[int, ...], scales: list[float], coord: str):
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode=coord)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(scales, np.float32), "s")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shape,scales,coord,per_axis", _RESIZE_GEOMETRIES)
+def test_linear_resize_taps_per_axis_only_where_exact(shape, scales, coord, per_axis) -> None:
+    """A linear Resize whose every tap the shader computes exactly from (o + a) * s - b (float32
+    steps checked exact on the host) ships one (a, s, b) entry per axis instead of a table entry
+    per output row and column: a 2x upsample's 16 bytes at any size; other scales keep the table."""
+    from gpubackend.paths.vulkan import single_node_graph
+
+    graph, _ = single_node_graph("Resize", [np.zeros(shape, np.float32), None, np.array(scales, np.float32)],
+                                 {"mode": "linear", "coordinate_transformation_mode": coord}, (2,))
+    got = ck.generate(graph.nodes[0], graph)
+    assert not isinstance(got, str), got
+    (rec,) = got.payload
+    params, (taps,) = dict(rec.params), [b.data for b in rec.bindings if b.role == "const"]
+    assert (params["tw"] == 0) == per_axis, params
+    if per_axis:
+        same = shape[2] == shape[3] and scales[2] == scales[3]
+        assert taps.shape == ((1, 4) if same else (2, 4)) and params["tcol"] == (0 if same else 1)
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_linear_resize_taps_per_axis_give_the_table_bit_for_bit(path: str, monkeypatch) -> None:
+    """The per-axis coordinate form and the host tap table give the same floats bit for bit on
+    the device (and the reference's values)."""
+    import gpubackend
+    from gpubackend import fallback
+
+    rng = np.random.default_rng(11)
+    for shape, scales, coord, per_axis in _RESIZE_GEOMETRIES:
+        if not per_axis:
+            continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        model = _resize_model(shape, scales, coord).SerializeToString()
+        got = []
+        for affine in (ck._affine_taps, lambda *a: None):
+            monkeypatch.setattr(ck, "_affine_taps", affine)
+            with gpubackend.Session(model, path=path, fallback=False) as sess:
+                got.append(sess.run({"x": x})[0])
+        np.testing.assert_array_equal(got[0], got[1], err_msg=f"{shape} {scales} {coord} on {path}")
+        want = fallback.run_node("Resize", [x, None, np.array(scales, np.float32)],
+                                 {"mode": "linear", "coordinate_transformation_mode": coord}, 17)[0]
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6, err_msg=f"{shape} {scales} {coord} on {path}")

@@ -150,25 +150,30 @@ def _quantized_test_model(which: str, size: int, fmt: str) -> tuple[str, onnx.Mo
     return str(dest), proto, {"input": photo}
 
 
-@pytest.mark.slow  # cold: unet_like 256 quantized, then compiled twice on gles31 (minutes)
-def test_unet_like_int8_weight_bytes_at_least_3_5x_smaller_like_for_like() -> None:
+@pytest.mark.slow  # cold: unet_like 256 quantized, then compiled three times per path (minutes)
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_unet_like_int8_weight_bytes_at_least_3_5x_smaller_like_for_like(path: str) -> None:
     """The U-Net-like test model at 256: int8 weight bytes against the float model's with the
     direct 3x3 kernel (Winograd's transformed weights take 16/9 the bytes, which would flatter
-    the ratio; int8 layers never run Winograd)."""
+    the ratio; int8 layers never run Winograd), and against the default float run. Its 2x
+    Resize's taps are one entry (16 bytes) computed in the shader, not 2,048 bytes of table in both
+    models (which held the like-for-like ratio at 3.52x, falling with the image size)."""
     from gpubackend import tuning
 
     qpath, proto, feeds = _quantized_test_model("unet_like", TEST_MODELS["unet_like"]["full"], "QDQ")
 
     def weight_bytes(model: str | bytes) -> int:
-        with gpubackend.Session(model, path="gles31", fallback=False) as sess:
+        with gpubackend.Session(model, path=path, fallback=False) as sess:
             sess.run(feeds)
             line = next(x for x in sess.explain().splitlines() if x.startswith("device weight bytes"))
         return sum(int(part.split("=")[1]) for part in line.split(": ", 1)[1].split(", "))
 
+    q, f = weight_bytes(qpath), weight_bytes(proto.SerializeToString())
     with tuning.forced(conv3x3="direct"):
-        f, q = weight_bytes(proto.SerializeToString()), weight_bytes(qpath)
-    print(f"unet_like 256: device weight bytes float {f}, int8 {q} ({f / q:.2f}x smaller)")
-    assert f >= 3.5 * q
+        f_direct = weight_bytes(proto.SerializeToString())
+    print(f"unet_like 256 on {path}: device weight bytes float {f} (direct 3x3 {f_direct}), int8 {q} "
+          f"({f / q:.2f}x, like for like {f_direct / q:.2f}x smaller)")
+    assert f_direct >= 3.5 * q and f >= f_direct
 
 
 @pytest.mark.parametrize("which,size_kind,path,fmt", [

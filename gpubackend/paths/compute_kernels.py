@@ -976,12 +976,48 @@ def globalpool_record(node: Node, graph: Graph, precision: str, is_max: bool) ->
                   (Binding("in", x), Binding("out", node.outputs[0])), groups, local, node.name)
 
 
+def _affine_taps(idx: np.ndarray, w: np.ndarray, n: int) -> np.ndarray | None:
+    """(a, s, b, 0) where the shader's coordinate ``x = clamp((o + a) * s - b, 0, n - 1)`` gives
+    every entry of a two-tap linear axis exactly (``i0 = min(floor(x), n - 1)``, ``i1 = min(i0 + 1,
+    n - 1)``, ``w1 = x - i0``, ``w0 = 1 - w1``, or 0.5 and 0.5 where ``i0 == i1``: onnxruntime's
+    border form), else None. Checked here in float64 with every intermediate a float32: then each
+    of the shader's float32 operations is exact, and no rounding mode, division or fma
+    contraction of a driver can move a tie. Power-of-two scales (a 2x upsample) pass, and their
+    table is one entry per axis whatever the size."""
+    out = len(idx)
+    if n >= 2 ** 23 or out >= 2 ** 23:
+        return None
+    o = np.arange(out, dtype=np.float64)
+    want = np.concatenate([idx, w], axis=1).astype(np.float32)
+    for a, b in ((0.5, 0.5), (0.0, 0.0)):  # half_pixel (pytorch_half_pixel), asymmetric
+        for s in {float(np.float32(n / out)), float(np.float32(out / n) ** -1)}:
+            steps = [o + a]
+            steps.append(steps[-1] * s)
+            steps.append(steps[-1] - b)
+            x = np.clip(steps[-1], 0, n - 1)
+            i0 = np.minimum(np.floor(x), n - 1)
+            i1 = np.minimum(i0 + 1, n - 1)
+            w1 = x - i0
+            w0 = 1 - w1
+            steps += [w1, w0]
+            if any(not np.array_equal(v, v.astype(np.float32)) for v in steps):
+                continue
+            same = i0 == i1
+            w0[same], w1[same] = 0.5, 0.5
+            if np.array_equal(np.stack([i0, i1, w0, w1], axis=1).astype(np.float32), want):
+                return np.array([a, s, b, 0], np.float32)
+    return None
+
+
 def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> tuple[np.ndarray, int, int]:
     """The tap table of a resize, the index of its first column entry and the floats per entry.
     Per output row (then column, unless they are the same as the rows) the two source indices and
     their weights as the reference computes them: (i0, i1, w0, w1), or just (i0, w1) where every
     entry has i1 = min(i0 + 1, n - 1) and w0 = fl(1 - w1), which the shader derives exactly (a
-    correctly rounded subtraction), a quarter of the bytes where rows and columns share."""
+    correctly rounded subtraction), a quarter of the bytes where rows and columns share; or, floats
+    per entry 0, one entry per axis (:func:`_affine_taps`) from which the shader computes them
+    exactly: 16 or 32 bytes instead of 8 per output row and column (a 2x upsample to 256x256:
+    2,048 bytes, the same in a float model and its int8 model, whose weights are a quarter)."""
     axes = []
     for axis in (2, 3):
         idx, w = rec.taps(axis, xs[axis])
@@ -990,6 +1026,9 @@ def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> tuple[np.ndarray
         axes.append((np.asarray(idx, np.int64), np.asarray(w, np.float32), xs[axis]))
     same = all(np.array_equal(a, b) for a, b in zip(axes[0][:2], axes[1][:2])) and axes[0][2] == axes[1][2]
     used = axes[:1] if same else axes
+    affine = [_affine_taps(idx, w, n) for idx, w, n in used] if rec.mode == "linear" else [None]
+    if all(t is not None for t in affine):
+        return np.stack(affine), 0 if same else 1, 0
     short = all(np.array_equal(idx[:, 1], np.minimum(idx[:, 0] + 1, n - 1)) and idx.max() < 2 ** 24
                 and np.array_equal(w[:, 0], np.float32(1) - w[:, 1]) for idx, w, n in used)
     rows = [np.stack([idx[:, 0], w[:, 1]], axis=1) if short else np.concatenate([idx, w], axis=1)

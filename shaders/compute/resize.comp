@@ -4,6 +4,8 @@
 // (i0, i1, w0, w1) as the reference computes them, so a driver's division or fma rounding cannot
 // move a tie (NVIDIA did, in shader arithmetic). tw 2: entries of two floats (i0, w1), with
 // i1 = min(i0 + 1, n - 1) and w0 = 1 - w1 (the host checked both; a correctly rounded subtraction).
+// tw 0 (linear only): one entry per axis (a, s, b, 0), the coordinate clamp((o + a) * s - b, 0, n - 1)
+// whose every step the host found exact in float32 (e.g. a 2x upsample), and the taps from it.
 #ifndef VULKAN
 #extension GL_OES_gpu_shader5 : enable
 #endif
@@ -22,7 +24,7 @@ PARAMS_BEGIN
     int n; int ih; int iw; int c4s;
     int oh; int ow; int c; int linear;
     int oc4s; int oc4o;  // output view: vec4s per pixel, first block (a Concat writes in place)
-    int tcol; int tw;  // first column entry, floats per entry
+    int tcol; int tw;  // first column entry, floats per entry (0: per axis, from its coordinate)
 PARAMS_END
 
 #include "compute/input_x.glsl"
@@ -35,7 +37,19 @@ layout(std430, binding = 2) readonly buffer T { vec4 taps[]; };
 #define TAP(i) taps[i]
 #endif
 
-vec4 tap(int e, int n) {
+// the taps of output o of an axis of n source pixels whose entries start at entry
+vec4 tap(int entry, int o, int n) {
+    if (p.tw == 0) {
+        vec4 t = TAP(entry);
+        float last = float(n - 1);
+        PRECISE float x = clamp((float(o) + t.x) * t.y - t.z, 0.0, last);
+        float i0 = min(floor(x), last), i1 = min(i0 + 1.0, last);
+        if (i0 == i1) return vec4(i0, i1, 0.5, 0.5);  // onnxruntime's border form
+        PRECISE float w1 = x - i0;
+        PRECISE float w0 = 1.0 - w1;
+        return vec4(i0, i1, w0, w1);
+    }
+    int e = entry + o;
     if (p.tw == 4) return TAP(e);
     vec4 t = TAP(e >> 1);
     vec2 v = (e & 1) == 0 ? t.xy : t.zw;
@@ -50,8 +64,8 @@ void main() {
     if (ox >= p.ow || oy >= p.oh || z >= p.n * p.c4s) return;
     int n = z / p.c4s;
     int c4 = z - n * p.c4s;
-    vec4 ty = tap(oy, p.ih);
-    vec4 tx = tap(p.tcol + ox, p.iw);
+    vec4 ty = tap(0, oy, p.ih);
+    vec4 tx = tap(p.tcol, ox, p.iw);
     int base = n * p.ih * p.iw;
     int y0 = int(ty.x), x0 = int(tx.x);
     vec4 v = LDX((base + y0 * p.iw + x0) * p.c4s + c4);
