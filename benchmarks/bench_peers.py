@@ -4,6 +4,7 @@
     python benchmarks/bench_peers.py [--models selfie,mobilenet,unet,yolov8n,ppocr_v4_det]
         [--peers ncnn-cpu,opencv,tflite-xnnpack,ncnn-vulkan,mediapipe-gpu] [--paths cpu,vulkan,gles31,gles3,gles2]
         [--blocks 5] [--runs 5] [--threads 2] [--json out.json] [--markdown out.md] [--peers-python PY]
+        [--tune [--tune-rounds 3]]
 
 Every figure is a median latency over onnxruntime's median (``--threads`` threads) timed in the SAME
 process, in blocks: each block gives each runner an untimed settle run and then ``--runs`` timed runs,
@@ -21,7 +22,9 @@ CPU engine) and ``mediapipe-gpu`` (MediaPipe's ImageSegmenter with the GPU deleg
 3.1 delegate, through EGL). Conversions live in ``$GPUBACKEND_CACHE_DIR/peers`` (default
 ``~/.cache/gpubackend/peers``). MediaPipe is pinned to 0.10.14: later releases refuse llvmpipe.
 ``--paths`` names gpubackend paths; ``cpu:numpy`` and
-``cpu:onnxruntime`` pick a CPU engine. Run it on a quiet machine: nothing else running.
+``cpu:onnxruntime`` pick a CPU engine. ``--tune`` runs ``gpubackend tune`` on each model and compute
+path first (issue 16's per-device tuning; without it the paths run their first-use defaults). Run it
+on a quiet machine: nothing else running.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ MODELS: dict[str, tuple[str, tuple[int, ...]]] = {
 }
 DEFAULT_PEERS = ",".join(PEERS)
 DEFAULT_PATHS = "cpu,cpu:numpy,vulkan,gles31,gles3,gles2"
+TUNABLE_PATHS = ("vulkan", "gles31")  # the paths `gpubackend tune` measures
 DEFAULT_MODELS = ",".join(MODELS)
 
 
@@ -377,6 +381,18 @@ def run_peer(peer: str, prepared: dict[str, Any], args: argparse.Namespace, cach
     return json.loads(Path(spec["result"]).read_text())
 
 
+def tune(prepared: dict[str, Any], path: str, input_name: str, shape: Sequence[int], rounds: int) -> None:
+    """``gpubackend tune`` of the model on ``path`` at the benchmark's input shape, stored in
+    GPUBACKEND_CACHE_DIR's tuning file, which the sessions created after it read."""
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "gpubackend", "tune", prepared["onnx"], "--path", path, "--rounds", str(rounds),
+           "--shape", f"{input_name}={'x'.join(map(str, shape))}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    print(f"{prepared['name']:14s} tuned on {path} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
 def run_paths(paths: Sequence[str], prepared: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The gpubackend paths on one model, interleaved with onnxruntime in this process."""
     import gpubackend
@@ -389,6 +405,8 @@ def run_paths(paths: Sequence[str], prepared: dict[str, Any], args: argparse.Nam
     rows: dict[str, dict[str, Any]] = {}
     for key in paths:
         path, _, engine = key.partition(":")
+        if args.tune and path in TUNABLE_PATHS:
+            tune(prepared, path, ref_sess.get_inputs()[0].name, x.shape, args.tune_rounds)
         try:
             opts = gpubackend.SessionOptions(intra_op_num_threads=args.threads,
                                              **({"cpu_engine": engine} if engine else {}))
@@ -416,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--peer-timeout", type=float, default=1800.0, help="seconds one peer child may take")
     ap.add_argument("--json", type=Path, default=None, help="write every figure (ms, ratios, errors) here")
     ap.add_argument("--markdown", type=Path, default=None, help="write the two tables here")
+    ap.add_argument("--tune", action="store_true",
+                    help="run `gpubackend tune` on each model for each compute path (vulkan, gles31) before timing it, "
+                         "into GPUBACKEND_CACHE_DIR (use a fresh one to compare with untuned first-use defaults)")
+    ap.add_argument("--tune-rounds", type=int, default=3, help="interleaved rounds per variant of --tune (default 3)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     return ap
 

@@ -203,6 +203,32 @@ def calibrate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], tolerance
                        err <= target, harm)
 
 
+def calibrate_verified(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], tolerance: float = 2e-2,
+                       margin: float = 0.5, verify: Iterable[str] = (), verify_within: float | None = None,
+                       prune: bool = True, attempts: int = 4,
+                       progress: Callable[[str], None] | None = None) -> tuple[Calibration, dict[str, float]]:
+    """:func:`calibrate`, then the plan run on each GPU path of ``verify``: while one of them is
+    above ``verify_within`` (default ``tolerance``), halve the margin and calibrate again (at most
+    ``attempts`` calibrations). Returns the last calibration and each verified path's real error
+    with its plan."""
+    say = progress or (lambda _msg: None)
+    paths = list(verify)
+    verified: dict[str, float] = {}
+    for attempt in range(attempts):
+        cal = calibrate(model, feeds, tolerance, margin, prune=prune, progress=say)
+        verified = {}
+        for path in paths:
+            verified[path] = path_error(model, feeds, path, cal.keep)
+            say(f"{path} fp16 with the plan ({len(cal.keep)} kept): {verified[path]:.2e}")
+        within = tolerance if verify_within is None else verify_within
+        above = [p for p, e in verified.items() if not e <= within]
+        if not above or attempt + 1 == attempts or len(cal.keep) == cal.candidates:
+            break
+        margin /= 2
+        say(f"{', '.join(above)} above {within:g}: calibrating again with margin {margin:g}")
+    return cal, verified
+
+
 def path_error(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], path: str, keep: Iterable[str]) -> float:
     """The real error of ``path`` at ``precision="fp16"`` with ``keep`` as the precision plan,
     against onnxruntime in fp32 on ``feeds`` (the check that a simulated plan holds on a GPU)."""

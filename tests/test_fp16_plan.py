@@ -176,7 +176,7 @@ def test_calibrate_fp16_reads_an_image_and_reports_json(tmp_path: Path, capsys: 
 
 # ---- a real zoo model -----------------------------------------------------------------------
 
-SELFIE_PLAN = Path(__file__).parent / "data" / "selfie_segmentation.fp16plan.json"
+SELFIE_PLAN = Path(gpubackend.__file__).parent / "zoo" / "fp16_plans" / "selfie_segmentation-1x3x256x256.json"
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def selfie() -> tuple[object, dict, list]:
 
 def test_calibration_of_a_real_model_reproduces_the_shipped_plan(selfie: tuple) -> None:
     """selfie_segmentation: the simulated fp16 error with the static rule (1.8e-2) misses the
-    1e-2 target; the calibration reaches it with the plan under tests/data, which names the
+    1e-2 target; the calibration reaches it with the plan the zoo ships, which names the
     graph input (its fp16 rounding alone puts the mask past 2e-2)."""
     from gpubackend import fp16_calibration, zoo
 

@@ -191,7 +191,7 @@ def test_zoo_fp32_matches_onnxruntime(name: str, path: str, small: bool) -> None
 
 FP16_MODELS = ("yolov8n_nudenet", "mtcnn_onet", "ppocr_v4_det", "selfie_segmentation")
 # default fp16 cases: (model, path); yolov8n's fp16 compile on the other paths costs 25-45 s cold each
-FP16_DEFAULT = {("mtcnn_onet", p) for p in GPU_PATHS} | {("yolov8n_nudenet", "vulkan")}
+FP16_DEFAULT = {("mtcnn_onet", p) for p in GPU_PATHS} | {("yolov8n_nudenet", "vulkan"), ("ppocr_v4_det", "gles31")}
 
 
 def _fp16_cases() -> list:
@@ -206,6 +206,7 @@ def _fp16_cases() -> list:
 
 @pytest.mark.parametrize("name,path,small", _fp16_cases())
 def test_zoo_fp16_matches_onnxruntime(name: str, path: str, small: bool) -> None:
+    """fp16 with the model's shipped precision plan where it has one (gpubackend/zoo/fp16_plans)."""
     fetched(name)
     got, ref, sess = run_on_path(zoo.BY_NAME[name], path, "fp16", small=small)
     try:
@@ -214,6 +215,26 @@ def test_zoo_fp16_matches_onnxruntime(name: str, path: str, small: bool) -> None
         assert err <= TOL["fp16"], f"{name} on {path} (fp16): max|got-ref|/max(1,max|ref|) = {err:.3g}"
     finally:
         sess.close()
+
+
+def test_zoo_fp16_plans_are_for_zoo_models_and_sizes() -> None:
+    """Every shipped plan is named for a zoo model at one of its input sizes, records how it was
+    calibrated, and names only tensors of that model (read_plan / check_plan accept it)."""
+    import onnx
+
+    from gpubackend import mixed_precision
+    from gpubackend.zoo.plans import PLANS_DIR
+
+    sizes = {f"{m.name}-{'x'.join(map(str, s))}.json": m for m in zoo.MODELS
+             for s in {m.input_shape, m.shape(small=True)}}
+    shipped = sorted(PLANS_DIR.glob("*.json"))
+    assert shipped, "no fp16 plans shipped"
+    for plan in shipped:
+        assert plan.name in sizes, f"{plan.name}: not a zoo model at one of its input sizes"
+        names, _ = mixed_precision.read_plan(plan)
+        data = json.loads(plan.read_text())
+        assert data["reached"] and data["simulated_error_with_plan"] <= data["target"], plan.name
+        mixed_precision.check_plan(names, onnx.load(str(fetched(sizes[plan.name].name))))
 
 
 # ---- coverage ratchet -----------------------------------------------------------------------

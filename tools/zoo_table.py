@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import statistics
 import sys
 import time
@@ -35,7 +36,7 @@ import numpy as np  # noqa: E402
 from doc_markers import replace_between  # noqa: E402  (tools/ is on sys.path when run)
 
 from gpubackend import zoo  # noqa: E402
-from gpubackend.zoo.check import coverage, flat_outputs, ort_session, rel_error  # noqa: E402
+from gpubackend.zoo.check import coverage, flat_outputs, ort_session, rel_error, session_options  # noqa: E402
 from gpubackend.zoo.inputs import make_input  # noqa: E402
 
 PATHS = ("cpu", "gles2", "gles3", "gles31", "vulkan")
@@ -99,7 +100,7 @@ def _p50(fn, runs: int) -> float:
 
 def measure(name: str, path: str, precision: str, small: bool, runs: int = 0) -> dict:
     """One row: the model on ``path`` with fallback, against onnxruntime on the same input."""
-    from gpubackend import Session
+    from gpubackend import Session, mixed_precision
 
     model = zoo.BY_NAME[name]
     feeds = make_input(model, small=small)
@@ -111,7 +112,10 @@ def measure(name: str, path: str, precision: str, small: bool, runs: int = 0) ->
         row["flat_outputs"] = [ref_sess.get_outputs()[i].name for i, _ in flat_outputs(ref)]
     t0 = time.perf_counter()
     try:
-        with Session(str(zoo.fetch(name)), path=path, precision=precision, fallback=True) as sess:
+        opts = session_options(model, precision, small)
+        if opts.precision_plan:
+            row["plan"] = len(mixed_precision.read_plan(opts.precision_plan)[0])
+        with Session(str(zoo.fetch(name)), path=path, precision=precision, fallback=True, options=opts) as sess:
             got = sess.run(feeds)
             row["first_run_s"] = round(time.perf_counter() - t0, 1)  # compile included; machine load unknown
             placement = sess.placement
@@ -144,6 +148,8 @@ def cell(row: dict | None) -> str:
         return f"**failed**: {row['failed'][:80]}"
     err = "NaN" if np.isnan(row["error"]) else f"{row['error']:.1e}"
     text = f"{err} ({row['worst_output']})" if row["error"] > 0 else err
+    if row.get("plan"):
+        text += f" [plan {row['plan']}]"
     if row["verdict"] != "ok":
         text = f"**{text}: {row['verdict']}**"
     return text
@@ -157,8 +163,10 @@ def _parse_cell(cell_text: str) -> dict | None:
     if text.startswith("failed"):
         return {"failed": text.split(": ", 1)[-1]}
     text = text.split(": ", 1)[0]
+    plan = re.search(r" \[plan (\d+)\]$", text)
+    text = text[:plan.start()] if plan else text
     err, _, worst = text.partition(" (")
-    return {"error": float(err), "worst_output": worst.rstrip(")") or ""}
+    return {"error": float(err), "worst_output": worst.rstrip(")") or "", **({"plan": int(plan[1])} if plan else {})}
 
 
 def rows_from_doc(doc: Path = DOC) -> list[dict]:

@@ -126,18 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
     say(f"calibrating {args.model} for fp16 within {args.tolerance:g} (target {args.tolerance * args.margin:g}) on "
         + ", ".join(f"{n} {'x'.join(map(str, v.shape))}" for n, v in feeds.items()))
-    margin, verified = args.margin, {}
-    for attempt in range(4):
-        cal = fp16_calibration.calibrate(proto, feeds, args.tolerance, margin, prune=not args.no_prune, progress=say)
-        if not args.verify:
-            break
-        err = fp16_calibration.path_error(proto, feeds, args.verify, cal.keep)
-        verified = {args.verify: err}
-        say(f"{args.verify} fp16 with the plan ({len(cal.keep)} kept): {err:.2e}")
-        if err <= args.tolerance or attempt == 3 or len(cal.keep) == cal.candidates:
-            break
-        margin /= 2
-        say(f"above {args.tolerance:g}: calibrating again with margin {margin:g}")
+    cal, verified = fp16_calibration.calibrate_verified(proto, feeds, args.tolerance, args.margin,
+                                                        [args.verify] if args.verify else (),
+                                                        prune=not args.no_prune, progress=say)
     about = {"model": Path(args.model).name, "inputs": {n: list(v.shape) for n, v in feeds.items()}, **cal.about(),
              **({"verified_fp16_error": verified} if verified else {})}
     mixed_precision.write_plan(args.output, cal.keep, **about)

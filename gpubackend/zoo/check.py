@@ -5,6 +5,7 @@ Used by tests/test_zoo.py, tools/zoo_table.py (docs/zoo.md) and benchmarks/bench
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from ..errors import UnsupportedOperatorError
 from .cache import fetch
 from .inputs import make_input
 from .manifest import ZooModel
+
+if TYPE_CHECKING:
+    from ..options import SessionOptions
 
 
 def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
@@ -100,14 +104,26 @@ def coverage(model: ZooModel, paths: tuple[str, ...] | list[str], small: bool = 
     return out
 
 
+def session_options(model: ZooModel, precision: str, small: bool = False, plan: bool = True) -> SessionOptions:
+    """The options the zoo runs ``model`` with: at ``precision="fp16"``, its shipped calibrated
+    precision plan where it has one (``plan=False``: the static rule alone)."""
+    from ..options import SessionOptions
+    from .plans import fp16_plan
+
+    shipped = fp16_plan(model, small) if plan and precision == "fp16" else None
+    return SessionOptions(precision_plan=str(shipped) if shipped else None)
+
+
 def run_on_path(model: ZooModel, path: str, precision: str = "fp32", small: bool = False,
-                fallback: bool = True) -> tuple[list[np.ndarray], list[np.ndarray], object]:
-    """(gpubackend's outputs, onnxruntime's outputs, the session) for the model's input."""
+                fallback: bool = True, plan: bool = True) -> tuple[list[np.ndarray], list[np.ndarray], object]:
+    """(gpubackend's outputs, onnxruntime's outputs, the session) for the model's input; fp16 runs
+    with the model's shipped precision plan unless ``plan`` is False."""
     from ..session import Session
 
     feeds = make_input(model, small=small)
     ref = reference(model, feeds)
-    sess = Session(str(fetch(model.name)), path=path, precision=precision, fallback=fallback)
+    sess = Session(str(fetch(model.name)), path=path, precision=precision, fallback=fallback,
+                   options=session_options(model, precision, small, plan))
     got = sess.run(feeds)
     return got, ref, sess
 
