@@ -136,10 +136,10 @@ _RESIZE_GEOMETRIES = [  # (input shape, scales, coordinate mode, per-axis entrie
     ((1, 4, 6, 6), [1, 1, 1.5, 1.5], "half_pixel", False), ((1, 4, 5, 7), [1, 1, 2, 2], "align_corners", False)]
 
 
-def _resize_model(shape: tuple[int, ...], scales: list[float], coord: str):
+def _resize_model(shape: tuple[int, ...], scales: list[float], coord: str, mode: str = "linear"):
     from onnx import TensorProto, helper, numpy_helper
 
-    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode=coord)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode, coordinate_transformation_mode=coord)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(np.array(scales, np.float32), "s")])
@@ -187,3 +187,45 @@ def test_linear_resize_taps_per_axis_give_the_table_bit_for_bit(path: str, monke
         want = fallback.run_node("Resize", [x, None, np.array(scales, np.float32)],
                                  {"mode": "linear", "coordinate_transformation_mode": coord}, 17)[0]
         np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6, err_msg=f"{shape} {scales} {coord} on {path}")
+
+
+# (input shape, scales, coordinate mode, mode): upsamples by 2, 4, 1.5 and 1.25 (odd output sizes
+# too), each of which takes resize.comp's 2x2 output blocks; a downsample, which does not
+_BLOCK_GEOMETRIES = [((1, 5, 6, 5), [1, 1, 2, 2], "half_pixel", "linear"),
+                     ((1, 3, 7, 9), [1, 1, 4, 2], "asymmetric", "linear"),
+                     ((1, 4, 6, 6), [1, 1, 1.5, 1.5], "half_pixel", "linear"),
+                     ((2, 6, 4, 7), [1, 1, 1.25, 1.5], "align_corners", "linear"),
+                     ((1, 5, 5, 7), [1, 1, 2, 3], "pytorch_half_pixel", "linear"),
+                     ((1, 4, 5, 7), [1, 1, 2, 2], "asymmetric", "nearest"),
+                     ((1, 4, 5, 7), [1, 1, 1.5, 2.5], "half_pixel", "nearest"),
+                     ((1, 4, 8, 6), [1, 1, 0.5, 0.5], "half_pixel", "linear")]
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_upsample_in_2x2_blocks_gives_the_same_bits(path: str, monkeypatch) -> None:
+    """An upsample runs as 2x2 output blocks per invocation from one 3x3 source window (BLOCK2,
+    9 loads instead of 16); it gives the one-output kernel's floats bit for bit, and a downsample
+    keeps the one-output kernel."""
+    import gpubackend
+    from gpubackend import fallback
+    from gpubackend.paths.vulkan import single_node_graph
+
+    rng = np.random.default_rng(12)
+    in_window = ck._pairs_in_window
+    for shape, scales, coord, mode in _BLOCK_GEOMETRIES:
+        monkeypatch.setattr(ck, "_pairs_in_window", in_window)
+        attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+        graph, _ = single_node_graph("Resize", [np.zeros(shape, np.float32), None, np.array(scales, np.float32)],
+                                     attrs, (2,))
+        (rec,) = ck.generate(graph.nodes[0], graph).payload
+        assert ("BLOCK2" in dict(rec.defines)) == (min(scales) >= 1), (shape, scales, coord, mode)
+        x = rng.standard_normal(shape).astype(np.float32)
+        model = _resize_model(shape, scales, coord, mode).SerializeToString()
+        got = []
+        for window in (in_window, lambda *a: False):
+            monkeypatch.setattr(ck, "_pairs_in_window", window)
+            with gpubackend.Session(model, path=path, fallback=False) as sess:
+                got.append(sess.run({"x": x})[0])
+        np.testing.assert_array_equal(got[0], got[1], err_msg=f"{shape} {scales} {coord} {mode} on {path}")
+        want = fallback.run_node("Resize", [x, None, np.array(scales, np.float32)], attrs, 17)[0]
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6, err_msg=f"{shape} {scales} {coord} {mode}")

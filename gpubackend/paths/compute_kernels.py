@@ -1038,6 +1038,15 @@ def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> tuple[np.ndarray
     return flat.reshape(-1, 4), 0 if same else len(axes[0][0]), 2 if short else 4
 
 
+def _pairs_in_window(idx: np.ndarray, span: int) -> bool:
+    """Whether every tap of each pair of outputs (2k, 2k + 1) of an axis lies within ``span``
+    source pixels from the first output's first tap (resize.comp's BLOCK2 window): true of every
+    upsample (consecutive outputs step at most one source pixel), checked here on the taps."""
+    lo = idx[0::2, :1]
+    pairs = [idx[0::2], idx[1::2]]
+    return all(bool(((t >= lo[:len(t)]) & (t < lo[:len(t)] + span)).all()) for t in pairs)
+
+
 def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = _float_tensor(graph, x), _shape(graph, y)
@@ -1058,17 +1067,23 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         raise Decline(f"scales {scales}")
     c4 = (xs[1] + 3) // 4
-    groups, local = _grid_3d(ys[3], ys[2], xs[0] * c4)
+    span = 3 if rec.mode == "linear" else 2  # source pixels a pair of outputs may read per axis
+    block = all(_pairs_in_window(np.asarray(rec.taps(axis, xs[axis])[0]).reshape(ys[axis], -1)[:, :2], span)
+                for axis in (2, 3))
+    per = 2 if block else 1  # outputs per invocation along each axis
+    groups, local = _grid_3d(-(-ys[3] // per), -(-ys[2] // per), xs[0] * c4)
     params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
               ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
     table, tcol, tw = _resize_taps(rec, xs)
     params += (("tcol", tcol), ("tw", tw))
     taps = Binding("const", f"{node.name}/taps", table, True)
     choice = tuning.choose("reads", f"resize c{tuning.bucket(xs[1])} px{tuning.bucket(ys[2] * ys[3])}", node.name)
-    tex = _input_texture(choice)
-    if tex:
-        tex["TEXT"] = 1  # the tap table through a buffer texture too
-    return [Kernel("resize", "compute/resize.comp", _variant(precision, **tex), params,
+    defines = _input_texture(choice)
+    if defines:
+        defines["TEXT"] = 1  # the tap table through a buffer texture too
+    if block:
+        defines["BLOCK2"] = 1
+    return [Kernel("resize", "compute/resize.comp", _variant(precision, **defines), params,
                    (Binding("in", x), Binding("out", y), taps), groups, local, node.name,
                    variant=choice.variant.name, variant_why=choice.why)]
 
@@ -1359,6 +1374,7 @@ def variants() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
         for shader in ("matmul", "pool", "globalpool", "resize", "concat", "softmax", "pad", "relayout"):
             out.append((f"compute/{shader}.comp", _variant(prec)))
         out.append(("compute/concat.comp", _variant(prec, CHANNELS=1)))
+        out.append(("compute/resize.comp", _variant(prec, BLOCK2=1)))
         if prec == "fp16":  # the pooled mean kept fp32 (compute_mixed)
             out.append(("compute/globalpool.comp", _variant(prec, Y32=1)))
     # Winograd (fp32 only): its transforms, and the 16 GEMMs in one dispatch with the gemm blockings
