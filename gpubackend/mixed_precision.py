@@ -64,12 +64,20 @@ def fp32_tensors(nodes: list[Node], graph: Graph) -> dict[str, str]:
     return keep
 
 
+def planned_edges(graph: Graph, edges: Iterable[str]) -> dict[str, str]:
+    """The float tensors among a segment's inputs and outputs (``edges``) that the precision plan
+    keeps fp32, graph outputs aside (they keep the path's format): a path uploads them, and reads
+    them back, as fp32. The graph's own inputs (the static rule never keeps an input:
+    selfie_segmentation's rounded input image alone puts it past 2e-2) and the tensors a segment
+    exchanges with a CPU segment."""
+    return {n: REASON_CALIBRATED for n in edges
+            if n in graph.fp32_plan and n not in graph.outputs
+            and np.dtype(graph.dtypes.get(n, np.float32)).kind == "f"}
+
+
 def planned_inputs(graph: Graph) -> dict[str, str]:
-    """The graph's float inputs that the precision plan keeps fp32: a path uploads them as fp32
-    (the static rule never keeps an input: selfie_segmentation's rounded input image alone puts
-    it past 2e-2)."""
-    return {n: REASON_CALIBRATED for n in graph.inputs
-            if n in graph.fp32_plan and np.dtype(graph.dtypes.get(n, np.float32)).kind == "f"}
+    """The graph's float inputs that the precision plan keeps fp32 (:func:`planned_edges`)."""
+    return planned_edges(graph, graph.inputs)
 
 
 def fp32_byte_share(nodes: list[Node], graph: Graph, keep: dict[str, str]) -> float:

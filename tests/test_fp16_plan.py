@@ -99,6 +99,55 @@ def test_a_plan_that_names_the_graph_input_uploads_it_as_fp32(path: str) -> None
         assert "1 calibrated (precision plan)" in sess.explain()
 
 
+def _cpu_middle_model() -> bytes:
+    """a = x + 1000 on the GPU, m = Mod(a, 1e9) (no GPU kernel on any path: a CPU segment), y =
+    m - 1000 on the GPU again: the tensors a GPU segment hands to the CPU (a) and takes back (m)
+    hold x to fp16's spacing at 1000 (0.5), so either stored fp16 costs up to 0.25."""
+    nodes = [helper.make_node("Add", ["x", "big"], ["a"], name="add"),
+             helper.make_node("Mod", ["a", "huge"], ["m"], name="mod", fmod=1),
+             helper.make_node("Sub", ["m", "big"], ["y"], name="sub")]
+    consts = [numpy_helper.from_array(np.array(1000.0, np.float32), "big"),
+              numpy_helper.from_array(np.array(1e9, np.float32), "huge")]
+    graph = helper.make_graph(nodes, "cpu_middle",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 32, 64])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("path", GPU_PATHS)
+def test_a_plan_keeps_the_tensors_a_gpu_segment_exchanges_with_a_cpu_segment(path: str) -> None:
+    """A planned tensor at a segment edge (read back to a CPU segment, or uploaded from one) is
+    stored, uploaded and read back as fp32; before, gles3, gles31 and vulkan kept every segment
+    edge but the graph's inputs in fp16 whatever the plan said."""
+    _usable(path)
+    x = _x()
+    errors = []
+    for plan in (None, ["a", "m"]):
+        opts = gpubackend.SessionOptions(precision_plan=plan)
+        with gpubackend.Session(_cpu_middle_model(), path=path, precision="fp16", options=opts) as sess:
+            errors.append(float(np.abs(sess.run({"x": x})[0] - x).max()))
+            assert len(sess._current.segments) == 3, sess.explain()
+    assert errors[1] < 1e-3 < 0.1 < errors[0], errors
+
+
+@pytest.mark.parametrize("path", ["gles3", "gles31", "vulkan"])
+def test_a_device_tensor_bound_to_a_planned_input_stays_fp32(path: str) -> None:
+    """IOBinding into a planned graph input: a device tensor of an fp32 session goes into an fp16
+    session whose plan keeps that input fp32, on the device (no upload), and loses nothing to fp16
+    on the way."""
+    _usable(path)
+    x = (1000 + _x()).astype(np.float32)
+    identity = _input_offset_model()  # y = x - 1000; run at fp32 on x + 1000 it gives back x exactly
+    with gpubackend.Session(identity, path=path, fallback=False) as first:
+        (dev,) = first.run_resident({"x": (x + 1000).astype(np.float32)}, device_outputs={"y": None})
+        opts = gpubackend.SessionOptions(precision_plan=["x"])
+        with gpubackend.Session(identity, path=path, precision="fp16", fallback=False, options=opts) as sess:
+            (got,) = sess.run_resident({"x": dev}, device_outputs={})
+            assert sess.stats.uploads == 0, sess.stats.as_dict()
+            got = got.numpy() if hasattr(got, "numpy") else got
+    assert np.abs(got - (x - 1000)).max() < 1e-3
+
+
 def test_unknown_names_are_an_option_error_naming_them() -> None:
     opts = gpubackend.SessionOptions(precision_plan=["r", "no_such_tensor", "big"])
     with pytest.raises(OptionError, match=r"2 name\(s\).*'big', 'no_such_tensor'"):

@@ -7,8 +7,9 @@ touches it can say so: a kernel whose runtime tensors are all kept runs as its f
 kernels at the edges of a squeeze-excite branch or a LayerNorm's statistics take one fp32 binding
 beside fp16 ones (``globalpool.comp`` ``Y32``: the pooled mean; ``reduce.comp`` ``Y32``: a mean
 or variance; ``binary.comp`` ``A32`` / ``B32``: the gate or statistic applied to the plane). A
-tensor any other kernel touches, a segment input or output (except a graph input the precision
-plan names, uploaded as fp32), or an aliased view falls back to fp16.
+tensor any other kernel touches, a segment input or output (except one the precision plan names,
+uploaded or read back as fp32: ``mixed_precision.planned_edges``), or an aliased view falls back
+to fp16.
 Under fp16-compute, a kernel touching a kept tensor computes in fp32
 (no ``FP16_COMPUTE``): the kept value would otherwise be rounded to fp16 by the arithmetic.
 
@@ -86,9 +87,9 @@ def plan(records: list[ck.Record], nodes: list[Node], graph: Graph, boundary: se
         return records, set()
     wanted = mixed_precision.fp32_tensors(nodes, graph)
     keep = set(wanted) - boundary
-    inputs = {n: why for n, why in mixed_precision.planned_inputs(graph).items() if n in boundary}
-    wanted.update(inputs)
-    keep |= set(inputs)  # uploaded as fp32
+    edges = mixed_precision.planned_edges(graph, boundary)
+    wanted.update(edges)
+    keep |= set(edges)  # uploaded / read back as fp32
     for r in records:
         if isinstance(r, ck.Alias):
             keep -= {r.src, r.dst}

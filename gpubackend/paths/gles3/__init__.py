@@ -103,8 +103,8 @@ class Gles3Path(Path):
             steps.append(node)
         if self.arithmetic == "fp16":
             kernels = {name: fp16_compute.mediump_fragment(k) for name, k in kernels.items()}
-        fp32 = {**mixed_precision.planned_inputs(graph), **mixed_precision.fp32_tensors(nodes, graph)} \
-            if self.dtype == "f2" else {}
+        fp32 = {**mixed_precision.planned_edges(graph, [*inputs, *outputs]),
+                **mixed_precision.fp32_tensors(nodes, graph)} if self.dtype == "f2" else {}
         seg = Gles3Segment(self.dev, self.limits, self.dtype, kernels, steps, graph, inputs, outputs,
                            fp32=frozenset(fp32))
         if self.dtype == "f2":

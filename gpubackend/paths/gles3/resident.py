@@ -117,9 +117,10 @@ def copy_in(seg: Gles3Segment, name: str, tensor: DeviceTensor) -> bool:
 def copy_out(seg: Gles3Segment, name: str, target: DeviceTensor | None) -> Gles3Tensor:
     """The segment output ``name`` copied into ``target`` when it fits, else into a new tensor."""
     lay = seg.layouts[name]
-    if not (isinstance(target, Gles3Tensor) and target.layout == lay and target.gl_dtype == seg.dtype
+    dtype = seg.storage_dtype.get(name, seg.dtype)  # RGBA32F where a precision plan keeps it
+    if not (isinstance(target, Gles3Tensor) and target.layout == lay and target.gl_dtype == dtype
             and target.dev.context is seg.dev.context and not target._closed):
-        target = Gles3Tensor(seg.dev, lay, seg.dtype, seg.shapes[name])
+        target = Gles3Tensor(seg.dev, lay, dtype, seg.shapes[name])
     _copy(seg.dev, seg.storage[name].textures, [(1.0, 1.0, 1.0, 1.0)] * lay.planes, target.storage)
     target.shape = tuple(seg.shapes[name])
     return target

@@ -10,6 +10,7 @@ from typing import Any
 import moderngl
 import numpy as np
 
+from ... import mixed_precision
 from ...errors import ModelError
 from ...gl.device import GLDevice
 from ...graph import Graph, Node
@@ -85,7 +86,8 @@ class Gles3Segment(Segment):
                 root[node.outputs[0]] = root.get(k.alias, k.alias)
             self.layouts[node.outputs[0]] = k.out
         owned = set(inputs) | {n.outputs[0] for n in nodes}
-        wide = {n for n in fp32 if dtype == "f2" and (n not in inputs or n in graph.inputs) and n not in outputs}
+        edges = mixed_precision.planned_edges(graph, [*inputs, *outputs])  # uploaded / read back as fp32
+        wide = {n for n in fp32 if dtype == "f2" and (n in edges or (n not in inputs and n not in outputs))}
         self.storage_dtype = {name: "f4" if name in wide else dtype for name in owned}
         slot_of, _ = plan_storage(
             [[root.get(n, n) for n in [*node.inputs, node.outputs[0]]] for node in nodes],

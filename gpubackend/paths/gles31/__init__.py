@@ -334,8 +334,9 @@ class Gles31Segment(Segment):
 
     def _read(self, name: str, stats: RunStats) -> np.ndarray:
         shape = self.shapes[name]
-        nbytes = ck.storage_bytes(shape, self.precision)
-        dtype = np.float16 if self.precision == "fp16" else np.float32
+        prec = compute_mixed.storage(name, self._kept, self.precision)
+        nbytes = ck.storage_bytes(shape, prec)
+        dtype = np.float16 if prec == "fp16" else np.float32
         raw = self.device.readback(np.frombuffer(self._output_buffers[name].read(size=nbytes), dtype))
         stats.download(nbytes)
         return ck.unpack(raw, shape, self.dtypes.get(name, np.float32))

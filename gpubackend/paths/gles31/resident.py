@@ -13,6 +13,7 @@ import numpy as np
 
 from ...device_tensor import DeviceTensor, GLTextureTensor, check_image_shape, run_resident_steps
 from .. import compute_kernels as ck
+from .. import compute_mixed
 from ..base import RunStats
 from . import Gles31Segment
 from . import gl as rawgl
@@ -82,8 +83,13 @@ class Gles31Tensor(DeviceTensor):
         self.device.release(self.buffer, self._texture)
 
 
-def _texture_to_buffer(seg: Gles31Segment, tensor: GLTextureTensor, buf: Any) -> None:
-    fp16 = seg.precision == "fp16"
+def _storage(seg: Gles31Segment, name: str) -> str:
+    """The storage precision of segment edge ``name`` (fp32 where a precision plan keeps it)."""
+    return compute_mixed.storage(name, seg._kept, seg.precision)  # noqa: SLF001
+
+
+def _texture_to_buffer(seg: Gles31Segment, tensor: GLTextureTensor, buf: Any, prec: str) -> None:
+    fp16 = prec == "fp16"
     header = f"#version 310 es\n#define FP16 {int(fp16)}\n"
     cs = seg.device.compute(_TEXTURE_TO_BUFFER.replace("#version 310 es\n", header))
     _, c, h, w = tensor.shape
@@ -106,21 +112,22 @@ def copy_in(seg: Gles31Segment, name: str, tensor: DeviceTensor) -> bool:
     if buf is None or any(n == name for n, *_ in seg._transformed) or tuple(tensor.shape) != shape:  # noqa: SLF001
         return False
     if isinstance(tensor, Gles31Tensor):
-        if tensor.device.context is not seg.device.context or tensor.precision != seg.precision:
+        if tensor.device.context is not seg.device.context or tensor.precision != _storage(seg, name):
             return False
         seg.device.ctx.copy_buffer(buf, tensor.buffer, size=tensor.nbytes)
         return True
     if isinstance(tensor, GLTextureTensor) and tensor.gl.ctx is seg.device.ctx:
-        _texture_to_buffer(seg, tensor, buf)
+        _texture_to_buffer(seg, tensor, buf, _storage(seg, name))
         return True
     return False
 
 
 def copy_out(seg: Gles31Segment, name: str, target: DeviceTensor | None) -> Gles31Tensor:
     shape = tuple(seg.shapes[name])
-    if not (isinstance(target, Gles31Tensor) and target.precision == seg.precision and target.shape == shape
+    prec = _storage(seg, name)
+    if not (isinstance(target, Gles31Tensor) and target.precision == prec and target.shape == shape
             and target.device.context is seg.device.context and not target._closed):  # noqa: SLF001
-        target = Gles31Tensor(seg.device, seg.precision, shape)
+        target = Gles31Tensor(seg.device, prec, shape)
     seg.device.ctx.copy_buffer(target.buffer, seg._output_buffers[name], size=target.nbytes)  # noqa: SLF001
     return target
 

@@ -201,13 +201,14 @@ class VulkanSegment(Segment):
             if prog.buffers[b].kind == "temp":
                 prog.buffers[b].kind = "output"
         self.words_saved = reuse_temps(prog)
-        fp16 = self.precision == "fp16"
         prog.inputs = edges
         for name in self.outputs:
             shape = self.shapes[name]
             out_dtype = ck.tensor_dtype(graph, name)
+            fp16 = compute_mixed.storage(name, self.kept, self.precision) == "fp16"  # a planned edge: fp32
 
-            def from_words(w: np.ndarray, shape: tuple[int, ...] = shape, dtype: np.dtype = out_dtype) -> np.ndarray:
+            def from_words(w: np.ndarray, shape: tuple[int, ...] = shape, dtype: np.dtype = out_dtype,
+                           fp16: bool = fp16) -> np.ndarray:
                 return ck.unpack(w.view(np.float16) if fp16 else w, shape, dtype)
 
             prog.outputs.append(Edge(name, buf(name), from_words=from_words))

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...device_tensor import DeviceTensor
 from .. import compute_kernels as ck
+from .. import compute_mixed
 from ..base import RunStats
 from . import VulkanSegment
 from .device import VkDevice
@@ -54,9 +55,14 @@ def _plain_buffer(seg: VulkanSegment, name: str) -> str | None:
     return edges[0].buffer if len(edges) == 1 and edges[0].buffer == name else None
 
 
+def _storage(seg: VulkanSegment, name: str) -> str:
+    """The storage precision of segment edge ``name`` (fp32 where a precision plan keeps it)."""
+    return compute_mixed.storage(name, seg.kept, seg.precision)
+
+
 def copy_source(seg: VulkanSegment, name: str, tensor: DeviceTensor) -> Any | None:
     buf = _plain_buffer(seg, name)
-    if buf is None or not isinstance(tensor, VulkanTensor) or tensor.precision != seg.precision:
+    if buf is None or not isinstance(tensor, VulkanTensor) or tensor.precision != _storage(seg, name):
         return None
     spec = seg.program.buffers[buf]
     if tensor.shape != tuple(seg.shapes[name]) or tensor.words != spec.words or tensor.word_dtype is not spec.dtype:
@@ -94,9 +100,10 @@ def run_resident(seg: VulkanSegment, feeds: dict[str, Any], stats: RunStats,
             spec = seg.program.buffers[edge.buffer]
             shape = tuple(seg.shapes[edge.tensor])
             target = device_outputs[edge.tensor]
-            if not (isinstance(target, VulkanTensor) and target.precision == seg.precision and target.shape == shape
+            prec = _storage(seg, edge.tensor)
+            if not (isinstance(target, VulkanTensor) and target.precision == prec and target.shape == shape
                     and target.words == spec.words and target.word_dtype is spec.dtype and not target._closed):  # noqa: SLF001
-                target = VulkanTensor(dev, seg.precision, shape, spec.words, spec.dtype)
+                target = VulkanTensor(dev, prec, shape, spec.words, spec.dtype)
             targets[edge.tensor] = target
             copies_out.append((compiled.tensors[edge.buffer], target.tensor))
         else:
