@@ -1009,7 +1009,19 @@ def _affine_taps(idx: np.ndarray, w: np.ndarray, n: int) -> np.ndarray | None:
     return None
 
 
-def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> tuple[np.ndarray, int, int]:
+def _axis_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Per resized axis (H, W): each output's two source indices and weights as the reference
+    computes them (nearest: its one index twice, weights 1 and 0), and the axis's source length."""
+    axes = []
+    for axis in (2, 3):
+        idx, w = rec.taps(axis, xs[axis])
+        if w is None:
+            idx, w = np.repeat(idx[:, :1], 2, axis=1), np.tile([1.0, 0.0], (len(idx), 1))
+        axes.append((np.asarray(idx, np.int64), np.asarray(w, np.float32), xs[axis]))
+    return axes
+
+
+def _resize_taps(rec: ops.ResizeRecord, axes: list[tuple[np.ndarray, np.ndarray, int]]) -> tuple[np.ndarray, int, int]:
     """The tap table of a resize, the index of its first column entry and the floats per entry.
     Per output row (then column, unless they are the same as the rows) the two source indices and
     their weights as the reference computes them: (i0, i1, w0, w1), or just (i0, w1) where every
@@ -1017,13 +1029,8 @@ def _resize_taps(rec: ops.ResizeRecord, xs: tuple[int, ...]) -> tuple[np.ndarray
     correctly rounded subtraction), a quarter of the bytes where rows and columns share; or, floats
     per entry 0, one entry per axis (:func:`_affine_taps`) from which the shader computes them
     exactly: 16 or 32 bytes instead of 8 per output row and column (a 2x upsample to 256x256:
-    2,048 bytes, the same in a float model and its int8 model, whose weights are a quarter)."""
-    axes = []
-    for axis in (2, 3):
-        idx, w = rec.taps(axis, xs[axis])
-        if w is None:
-            idx, w = np.repeat(idx[:, :1], 2, axis=1), np.tile([1.0, 0.0], (len(idx), 1))
-        axes.append((np.asarray(idx, np.int64), np.asarray(w, np.float32), xs[axis]))
+    2,048 bytes, the same in a float model and its int8 model, whose weights are a quarter).
+    ``axes``: :func:`_axis_taps`."""
     same = all(np.array_equal(a, b) for a, b in zip(axes[0][:2], axes[1][:2])) and axes[0][2] == axes[1][2]
     used = axes[:1] if same else axes
     affine = [_affine_taps(idx, w, n) for idx, w, n in used] if rec.mode == "linear" else [None]
@@ -1067,14 +1074,14 @@ def _resize(node: Node, graph: Graph, precision: str) -> list[Record]:
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         raise Decline(f"scales {scales}")
     c4 = (xs[1] + 3) // 4
+    axes = _axis_taps(rec, xs)
     span = 3 if rec.mode == "linear" else 2  # source pixels a pair of outputs may read per axis
-    block = all(_pairs_in_window(np.asarray(rec.taps(axis, xs[axis])[0]).reshape(ys[axis], -1)[:, :2], span)
-                for axis in (2, 3))
+    block = all(_pairs_in_window(idx, span) for idx, _, _ in axes)
     per = 2 if block else 1  # outputs per invocation along each axis
     groups, local = _grid_3d(-(-ys[3] // per), -(-ys[2] // per), xs[0] * c4)
     params = (("n", xs[0]), ("ih", xs[2]), ("iw", xs[3]), ("c4s", c4), ("oh", ys[2]), ("ow", ys[3]), ("c", xs[1]),
               ("linear", int(rec.mode == "linear")), ("oc4s", c4), ("oc4o", 0))
-    table, tcol, tw = _resize_taps(rec, xs)
+    table, tcol, tw = _resize_taps(rec, axes)
     params += (("tcol", tcol), ("tw", tw))
     taps = Binding("const", f"{node.name}/taps", table, True)
     choice = tuning.choose("reads", f"resize c{tuning.bucket(xs[1])} px{tuning.bucket(ys[2] * ys[3])}", node.name)

@@ -238,7 +238,7 @@ class Gles31Segment(Segment):
                 shape = scratch.get(name) or graph.shape(name)
                 if shape is None:
                     raise ValueError(f"gles31: no static shape for {name!r}")
-                size[name] = ck.storage_bytes(tuple(shape), compute_mixed.storage(name, kept, prec))
+                size[name] = ck.storage_bytes(tuple(shape), self.storage_of(name))
             return size[name]
 
         for r in records:  # an alias's view may be larger than its root's (never, but be safe)
@@ -320,7 +320,7 @@ class Gles31Segment(Segment):
         prec = self.precision
         for name in self._plain_inputs:
             if name in feeds:
-                data = ck.as_storage(ck.pack(feeds[name]), compute_mixed.storage(name, self._kept, prec))
+                data = ck.as_storage(ck.pack(feeds[name]), self.storage_of(name))
                 self.device.write(self._input_buffers[name], data)
                 stats.upload(data.nbytes)
         for name, transform, buf, fp32 in self._transformed:
@@ -332,9 +332,14 @@ class Gles31Segment(Segment):
     def _execute(self, stats: RunStats) -> None:
         run_steps(self.dispatches, lambda d: self._dispatch(d, stats), stats, self.gl.glFinish, _node_of)
 
+    def storage_of(self, name: str) -> str:
+        """The storage precision of tensor ``name`` here: fp32 where the mixed-precision plan keeps
+        it (a planned segment edge included), else the segment's."""
+        return compute_mixed.storage(name, self._kept, self.precision)
+
     def _read(self, name: str, stats: RunStats) -> np.ndarray:
         shape = self.shapes[name]
-        prec = compute_mixed.storage(name, self._kept, self.precision)
+        prec = self.storage_of(name)
         nbytes = ck.storage_bytes(shape, prec)
         dtype = np.float16 if prec == "fp16" else np.float32
         raw = self.device.readback(np.frombuffer(self._output_buffers[name].read(size=nbytes), dtype))

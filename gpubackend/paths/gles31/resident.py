@@ -13,7 +13,6 @@ import numpy as np
 
 from ...device_tensor import DeviceTensor, GLTextureTensor, check_image_shape, run_resident_steps
 from .. import compute_kernels as ck
-from .. import compute_mixed
 from ..base import RunStats
 from . import Gles31Segment
 from . import gl as rawgl
@@ -83,10 +82,6 @@ class Gles31Tensor(DeviceTensor):
         self.device.release(self.buffer, self._texture)
 
 
-def _storage(seg: Gles31Segment, name: str) -> str:
-    """The storage precision of segment edge ``name`` (fp32 where a precision plan keeps it)."""
-    return compute_mixed.storage(name, seg._kept, seg.precision)  # noqa: SLF001
-
 
 def _texture_to_buffer(seg: Gles31Segment, tensor: GLTextureTensor, buf: Any, prec: str) -> None:
     fp16 = prec == "fp16"
@@ -112,19 +107,19 @@ def copy_in(seg: Gles31Segment, name: str, tensor: DeviceTensor) -> bool:
     if buf is None or any(n == name for n, *_ in seg._transformed) or tuple(tensor.shape) != shape:  # noqa: SLF001
         return False
     if isinstance(tensor, Gles31Tensor):
-        if tensor.device.context is not seg.device.context or tensor.precision != _storage(seg, name):
+        if tensor.device.context is not seg.device.context or tensor.precision != seg.storage_of(name):
             return False
         seg.device.ctx.copy_buffer(buf, tensor.buffer, size=tensor.nbytes)
         return True
     if isinstance(tensor, GLTextureTensor) and tensor.gl.ctx is seg.device.ctx:
-        _texture_to_buffer(seg, tensor, buf, _storage(seg, name))
+        _texture_to_buffer(seg, tensor, buf, seg.storage_of(name))
         return True
     return False
 
 
 def copy_out(seg: Gles31Segment, name: str, target: DeviceTensor | None) -> Gles31Tensor:
     shape = tuple(seg.shapes[name])
-    prec = _storage(seg, name)
+    prec = seg.storage_of(name)
     if not (isinstance(target, Gles31Tensor) and target.precision == prec and target.shape == shape
             and target.device.context is seg.device.context and not target._closed):  # noqa: SLF001
         target = Gles31Tensor(seg.device, prec, shape)

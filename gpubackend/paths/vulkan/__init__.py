@@ -121,10 +121,15 @@ class VulkanSegment(Segment):
 
     # ---- records -> plain program ---------------------------------------------------------
     def _spec(self, name: str, shape: tuple[int, ...], kind: str, data: np.ndarray | None = None) -> BufferSpec:
-        prec = compute_mixed.storage(name, self.kept, self.precision)
+        prec = self.storage_of(name)
         fp16 = prec == "fp16"
         words = ck.storage_bytes(shape, prec) // 4
         return BufferSpec(name, words, np.uint32 if fp16 else np.float32, kind, data)
+
+    def storage_of(self, name: str) -> str:
+        """The storage precision of tensor ``name`` here: fp32 where the mixed-precision plan keeps
+        it (a planned segment edge included), else the segment's."""
+        return compute_mixed.storage(name, self.kept, self.precision)
 
     def _words(self, packed: np.ndarray, fp32: bool = False) -> np.ndarray:
         """Packed float data as the words a buffer holds (float16 pairs as uint32 for fp16
@@ -205,7 +210,7 @@ class VulkanSegment(Segment):
         for name in self.outputs:
             shape = self.shapes[name]
             out_dtype = ck.tensor_dtype(graph, name)
-            fp16 = compute_mixed.storage(name, self.kept, self.precision) == "fp16"  # a planned edge: fp32
+            fp16 = self.storage_of(name) == "fp16"  # a planned edge: fp32
 
             def from_words(w: np.ndarray, shape: tuple[int, ...] = shape, dtype: np.dtype = out_dtype,
                            fp16: bool = fp16) -> np.ndarray:

@@ -14,7 +14,6 @@ import numpy as np
 
 from ...device_tensor import DeviceTensor
 from .. import compute_kernels as ck
-from .. import compute_mixed
 from ..base import RunStats
 from . import VulkanSegment
 from .device import VkDevice
@@ -55,14 +54,10 @@ def _plain_buffer(seg: VulkanSegment, name: str) -> str | None:
     return edges[0].buffer if len(edges) == 1 and edges[0].buffer == name else None
 
 
-def _storage(seg: VulkanSegment, name: str) -> str:
-    """The storage precision of segment edge ``name`` (fp32 where a precision plan keeps it)."""
-    return compute_mixed.storage(name, seg.kept, seg.precision)
-
 
 def copy_source(seg: VulkanSegment, name: str, tensor: DeviceTensor) -> Any | None:
     buf = _plain_buffer(seg, name)
-    if buf is None or not isinstance(tensor, VulkanTensor) or tensor.precision != _storage(seg, name):
+    if buf is None or not isinstance(tensor, VulkanTensor) or tensor.precision != seg.storage_of(name):
         return None
     spec = seg.program.buffers[buf]
     if tensor.shape != tuple(seg.shapes[name]) or tensor.words != spec.words or tensor.word_dtype is not spec.dtype:
@@ -100,7 +95,7 @@ def run_resident(seg: VulkanSegment, feeds: dict[str, Any], stats: RunStats,
             spec = seg.program.buffers[edge.buffer]
             shape = tuple(seg.shapes[edge.tensor])
             target = device_outputs[edge.tensor]
-            prec = _storage(seg, edge.tensor)
+            prec = seg.storage_of(edge.tensor)
             if not (isinstance(target, VulkanTensor) and target.precision == prec and target.shape == shape
                     and target.words == spec.words and target.word_dtype is spec.dtype and not target._closed):  # noqa: SLF001
                 target = VulkanTensor(dev, prec, shape, spec.words, spec.dtype)
