@@ -61,6 +61,8 @@ def _blocking_variants(px: str, subgroup: bool = False) -> list[tuning.Variant]:
 # STRIP (conv only): a 3x3 stride-1/2 undilated layer loads each input row strip once for its 3
 # horizontal taps (conv.comp's K3S); any other layer runs the same blocking without it.
 STRIP_VARIANTS = [tuning.Variant("bx8cb2k3", (("BX", 8), ("CB", 2), ("STRIP", 1))),
+                  tuning.Variant("bx4cb2k3", (("BX", 4), ("CB", 2), ("STRIP", 1))),
+                  tuning.Variant("bx16cb1k3", (("BX", 16), ("CB", 1), ("STRIP", 1))),
                   tuning.Variant("bx4cb4sgk3", (("BX", 4), ("CB", 4), ("SG", 1), ("STRIP", 1))),
                   tuning.Variant("bx8cb4sgk3", (("BX", 8), ("CB", 4), ("SG", 1), ("STRIP", 1)))]
 
@@ -94,11 +96,16 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 # weights in two accesses, which SG variants do not use), the Intel Xeon's best, bx4cb2 / px4cb2
 # (1.2-3.2x the old SG defaults on 43 of 48 yolov8n and mobilenetv3 layer classes, `gpubackend tune
 # --dry-run`), against the AMD EPYC's old SG defaults and one more plain blocking; elsewhere the
-# plain blockings and the narrow workgroup.
+# plain blockings and the narrow workgroup. Since the strip's three taps are written out (conv.comp,
+# thirteenth session; before, lavapipe indexed the strip lane by lane and every k3 variant lost),
+# the lavapipe conv default is bx4cb2 with the strip (the same kernel where no strip fits): whole
+# models 1.00-1.07x bx4cb2, undilated 3x3 layers 1.1-1.2x. bx16cb1k3 is 1.6x on such layers with a
+# fused activation (U-Net-like 1.23x, ppocr_v4_det 1.10x) but 0.84x on yolov8n, and the 8x2
+# blockings lose up to 1.6x with an activation fused: first use and `gpubackend tune` decide those.
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
-                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb2", "llvmpipe": "bx4cb4tex"},
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb2k3", "llvmpipe": "bx4cb4tex"},
                 first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
-                           "lavapipe": ("bx4cb4sgk3", "bx16cb1"),
+                           "lavapipe": ("bx16cb1k3", "bx16cb1"),
                            "llvmpipe": ("bx8cb2tex",)})
 
 

@@ -110,30 +110,37 @@ void main() {
                     vec4 v = LDX(ix[j] + c4);  // clamped address: loaded by every lane, then zeroed
                     xs[j] = ok[j] ? v : vec4(0.0);
                 }
-                for (int kx = 0; kx < 3; kx++) {
-                    int wk = wb + kx * p.ci4 * 4 + c4 * 4;
-                    vec4 wl[CB / 2];  // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
-                    for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wk + (2 * h + lane / 4) * wstride + lane % 4);
-                    SG_BLOCK(0, 0, 0u) SG_BLOCK(1, 0, 4u)
+                // the three taps written out, as below
 #if CB == 4
-                    SG_BLOCK(2, 1, 0u) SG_BLOCK(3, 1, 4u)
+#define SG_BLOCKS SG_BLOCK(0, 0, 0u) SG_BLOCK(1, 0, 4u) SG_BLOCK(2, 1, 0u) SG_BLOCK(3, 1, 4u)
+#else
+#define SG_BLOCKS SG_BLOCK(0, 0, 0u) SG_BLOCK(1, 0, 4u)
 #endif
-                }
+#define SG_TAP(KX) { const int kx = KX; \
+                    int wk = wb + kx * p.ci4 * 4 + c4 * 4; \
+                    vec4 wl[CB / 2]; \
+                    for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wk + (2 * h + lane / 4) * wstride + lane % 4); \
+                    SG_BLOCKS }
+                // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
+                SG_TAP(0) SG_TAP(1) SG_TAP(2)
                 continue;
             }
 #endif
             for (int j = 0; j < SPAN; j++) xs[j] = ok[j] ? LDX(ix[j] + c4) : vec4(0.0);
-            for (int kx = 0; kx < 3; kx++) {
-                for (int c = 0; c < CB; c++) {
-                    int wi = wb + c * wstride + kx * p.ci4 * 4 + c4 * 4;
-                    vec4 w0, w1, w2, w3;
-                    WLOAD4(wi, w0, w1, w2, w3)
-                    for (int i = 0; i < BX; i++) {
-                        vec4 xi = XV(i);
-                        acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3;
-                    }
-                }
-            }
+            // the three taps written out: under a loop over kx, XV(i) is no constant index and
+            // lavapipe keeps xs[] in memory, read lane by lane (bx8cb2k3 on an 8 -> 8 channel
+            // layer at 256x256: 14.8 ms looped, 8.3 ms written out)
+#define K3_TAP(KX) { const int kx = KX; \
+                for (int c = 0; c < CB; c++) { \
+                    int wi = wb + c * wstride + kx * p.ci4 * 4 + c4 * 4; \
+                    vec4 w0, w1, w2, w3; \
+                    WLOAD4(wi, w0, w1, w2, w3) \
+                    for (int i = 0; i < BX; i++) { \
+                        vec4 xi = XV(i); \
+                        acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; \
+                    } \
+                } }
+            K3_TAP(0) K3_TAP(1) K3_TAP(2)
         }
     }
 #else
