@@ -52,7 +52,8 @@ TUNING_FILE = "tuning.json"
 DEVICE_WIDE = "*"
 # 2 (eleventh session): the Vulkan 64-bit loads changed which blocking wins on lavapipe; a file
 # of an older version holds measurements of older kernels and is dropped (first use measures again).
-# 3 (thirteenth session): the 3x3 strip kernels (k3 variants) got 1.3-1.8x faster on lavapipe.
+# 3 (thirteenth session): on lavapipe the 3x3 strip kernels and the 8-pixel blockings with a fused
+# activation got 1.3-2x faster (written-out taps, UNROLL), which changes which variant wins.
 FORMAT_VERSION = 3
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
 # The paths whose kernels read a tuning table (the compute paths, through compute_kernels).

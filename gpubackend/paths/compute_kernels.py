@@ -96,16 +96,16 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 # weights in two accesses, which SG variants do not use), the Intel Xeon's best, bx4cb2 / px4cb2
 # (1.2-3.2x the old SG defaults on 43 of 48 yolov8n and mobilenetv3 layer classes, `gpubackend tune
 # --dry-run`), against the AMD EPYC's old SG defaults and one more plain blocking; elsewhere the
-# plain blockings and the narrow workgroup. Since the strip's three taps are written out (conv.comp,
-# thirteenth session; before, lavapipe indexed the strip lane by lane and every k3 variant lost),
-# the lavapipe conv default is bx4cb2 with the strip (the same kernel where no strip fits): whole
-# models 1.00-1.07x bx4cb2, undilated 3x3 layers 1.1-1.2x. bx16cb1k3 is 1.6x on such layers with a
-# fused activation (U-Net-like 1.23x, ppocr_v4_det 1.10x) but 0.84x on yolov8n, and the 8x2
-# blockings lose up to 1.6x with an activation fused: first use and `gpubackend tune` decide those.
+# plain blockings and the narrow workgroup. Thirteenth session, on lavapipe: the strip's three taps
+# are written out (conv.comp; under a loop lavapipe indexed the strip lane by lane and every k3
+# variant lost), and the register-blocking loops carry UNROLL (compute/prelude.glsl): with an
+# activation fused, the 8-pixel blockings ran 1.5-2x slower than without until their loops were
+# forced to unroll (a rolled loop indexes the accumulators in memory). Since then bx8cb2k3 / px8cb2 are the fastest
+# defaults: whole models 1.07-1.26x the eleventh session's bx4cb2 / px4cb2 (interleaved, quiet).
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
-                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx4cb2k3", "llvmpipe": "bx4cb4tex"},
+                {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx8cb2k3", "llvmpipe": "bx4cb4tex"},
                 first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
-                           "lavapipe": ("bx16cb1k3", "bx16cb1"),
+                           "lavapipe": ("bx4cb2k3", "bx16cb1k3"),
                            "llvmpipe": ("bx8cb2tex",)})
 
 
@@ -125,9 +125,9 @@ def _gemm_kind(shape_class: str) -> str:
 
 
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
-                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px4cb2", "llvmpipe": "px4cb4tex"},
+                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px8cb2", "llvmpipe": "px4cb4tex"},
                 first_use={"*": ("px8cb2", "px4cb4", "px16cb1", "px8cb2w16"),
-                           "lavapipe": ("px8cb2", "px4cb4sg"),
+                           "lavapipe": ("px4cb4", "px4cb2"),
                            "llvmpipe": ("px8cb2tex",)},
                 kind_of=_gemm_kind)
 # reads (depthwise, ConvTranspose, Resize, pooling, Concat): input and weights (Resize: its tap

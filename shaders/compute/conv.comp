@@ -23,7 +23,7 @@
 #define SG_BLOCK(c, h, o) { \
     vec4 w0 = subgroupBroadcast(wl[h], o), w1 = subgroupBroadcast(wl[h], o + 1u); \
     vec4 w2 = subgroupBroadcast(wl[h], o + 2u), w3 = subgroupBroadcast(wl[h], o + 3u); \
-    for (int i = 0; i < BX; i++) { vec4 xi = XV(i); acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; } }
+    UNROLL for (int i = 0; i < BX; i++) { vec4 xi = XV(i); acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; } }
 #endif
 #if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
 #extension GL_EXT_texture_buffer : require
@@ -76,9 +76,9 @@ void main() {
     int n = int(gl_WorkGroupID.z);
     int co4_0 = int(gl_WorkGroupID.y) * CB;
     ACC4 acc[BX * CB];
-    for (int c = 0; c < CB; c++) {
+    UNROLL for (int c = 0; c < CB; c++) {
         vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
-        for (int i = 0; i < BX; i++) acc[c * BX + i] = b;
+        UNROLL for (int i = 0; i < BX; i++) acc[c * BX + i] = b;
     }
     int wstride = p.kh * p.kw * p.ci4 * 4;  // one co4 block of weights
 #ifdef K3S
@@ -96,7 +96,7 @@ void main() {
         int row = (n * p.ih + iy) * p.iw;
         int ix[SPAN];
         bool ok[SPAN];
-        for (int j = 0; j < SPAN; j++) {
+        UNROLL for (int j = 0; j < SPAN; j++) {
             int xx = ixb + j;
             ok[j] = oky && xx >= 0 && xx < p.iw;
             ix[j] = (row + clamp(xx, 0, p.iw - 1)) * p.ci4;
@@ -106,7 +106,7 @@ void main() {
             vec4 xs[SPAN];
 #ifdef SG_ON
             if (sg) {
-                for (int j = 0; j < SPAN; j++) {
+                UNROLL for (int j = 0; j < SPAN; j++) {
                     vec4 v = LDX(ix[j] + c4);  // clamped address: loaded by every lane, then zeroed
                     xs[j] = ok[j] ? v : vec4(0.0);
                 }
@@ -119,23 +119,23 @@ void main() {
 #define SG_TAP(KX) { const int kx = KX; \
                     int wk = wb + kx * p.ci4 * 4 + c4 * 4; \
                     vec4 wl[CB / 2]; \
-                    for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wk + (2 * h + lane / 4) * wstride + lane % 4); \
+                    UNROLL for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wk + (2 * h + lane / 4) * wstride + lane % 4); \
                     SG_BLOCKS }
                 // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
                 SG_TAP(0) SG_TAP(1) SG_TAP(2)
                 continue;
             }
 #endif
-            for (int j = 0; j < SPAN; j++) xs[j] = ok[j] ? LDX(ix[j] + c4) : vec4(0.0);
+            UNROLL for (int j = 0; j < SPAN; j++) xs[j] = ok[j] ? LDX(ix[j] + c4) : vec4(0.0);
             // the three taps written out: under a loop over kx, XV(i) is no constant index and
             // lavapipe keeps xs[] in memory, read lane by lane (bx8cb2k3 on an 8 -> 8 channel
             // layer at 256x256: 14.8 ms looped, 8.3 ms written out)
 #define K3_TAP(KX) { const int kx = KX; \
-                for (int c = 0; c < CB; c++) { \
+                UNROLL for (int c = 0; c < CB; c++) { \
                     int wi = wb + c * wstride + kx * p.ci4 * 4 + c4 * 4; \
                     vec4 w0, w1, w2, w3; \
                     WLOAD4(wi, w0, w1, w2, w3) \
-                    for (int i = 0; i < BX; i++) { \
+                    UNROLL for (int i = 0; i < BX; i++) { \
                         vec4 xi = XV(i); \
                         acc[c * BX + i] += xi.x * w0 + xi.y * w1 + xi.z * w2 + xi.w * w3; \
                     } \
@@ -157,7 +157,7 @@ void main() {
         for (int kx = 0; kx < p.kw; kx++) {
             int ix[BX];
             bool ok[BX];
-            for (int i = 0; i < BX; i++) {
+            UNROLL for (int i = 0; i < BX; i++) {
                 int xx = (ox0 + i) * p.sw - p.pl + kx * p.dw;
                 ok[i] = xx >= 0 && xx < p.iw;
 #ifdef SG_ON
@@ -170,12 +170,12 @@ void main() {
                 vec4 xv[BX];
 #ifdef SG_ON
                 if (sg) {
-                    for (int i = 0; i < BX; i++) {
+                    UNROLL for (int i = 0; i < BX; i++) {
                         vec4 v = LDX(ix[i] + c4);  // clamped address: loaded by every lane, then zeroed
                         xv[i] = ok[i] ? v : vec4(0.0);
                     }
                     vec4 wl[CB / 2];  // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
-                    for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wb + (2 * h + lane / 4) * wstride + c4 * 4 + lane % 4);
+                    UNROLL for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(wb + (2 * h + lane / 4) * wstride + c4 * 4 + lane % 4);
                     SG_BLOCK(0, 0, 0u) SG_BLOCK(1, 0, 4u)
 #if CB == 4
                     SG_BLOCK(2, 1, 0u) SG_BLOCK(3, 1, 4u)
@@ -183,22 +183,22 @@ void main() {
                     continue;
                 }
 #endif
-                for (int i = 0; i < BX; i++) xv[i] = ok[i] ? LDX(ix[i] + c4) : vec4(0.0);
-                for (int c = 0; c < CB; c++) {
+                UNROLL for (int i = 0; i < BX; i++) xv[i] = ok[i] ? LDX(ix[i] + c4) : vec4(0.0);
+                UNROLL for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
                     vec4 w0, w1, w2, w3;
                     WLOAD4(wi, w0, w1, w2, w3)
-                    for (int i = 0; i < BX; i++)
+                    UNROLL for (int i = 0; i < BX; i++)
                         acc[c * BX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
                 }
             }
         }
     }
 #endif
-    for (int c = 0; c < CB; c++) {
+    UNROLL for (int c = 0; c < CB; c++) {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
-        for (int i = 0; i < BX; i++) {
+        UNROLL for (int i = 0; i < BX; i++) {
 #ifdef SG_ON
             if (!live) break;
 #endif

@@ -35,7 +35,7 @@ void main() {
     int n = int(gl_WorkGroupID.z);
     int co4_0 = int(gl_WorkGroupID.y) * CB;
     ACC4 acc[CB];
-    for (int c = 0; c < CB; c++) acc[c] = ACC_INIT(min(co4_0 + c, p.co4 - 1));
+    UNROLL for (int c = 0; c < CB; c++) acc[c] = ACC_INIT(min(co4_0 + c, p.co4 - 1));
     int wstride = p.kh * p.kw * p.ci4 * 4;
     // Only taps with (o + pad - k * dilation) divisible by the stride contribute; with dilation 1
     // they are every stride-th tap from the first one, so the loops visit just those.
@@ -55,14 +55,14 @@ void main() {
             int wb = ((co4_0 * p.kh + ky) * p.kw + kx) * p.ci4 * 4;
             for (int c4 = 0; c4 < p.ci4; c4++) {
                 vec4 xv = LDX(xi + c4);
-                for (int c = 0; c < CB; c++) {
+                UNROLL for (int c = 0; c < CB; c++) {
                     int wi = wb + c * wstride + c4 * 4;
                     acc[c] += xv.x * WLOAD(wi) + xv.y * WLOAD(wi + 1) + xv.z * WLOAD(wi + 2) + xv.w * WLOAD(wi + 3);
                 }
             }
         }
     }
-    for (int c = 0; c < CB; c++) {
+    UNROLL for (int c = 0; c < CB; c++) {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
         ST(y, ((n * p.oh + oy) * p.ow + ox) * p.oc4s + p.oc4o + co4, tail_zero(epilogue(ACC_DONE(acc[c], co4)), co4, p.co));

@@ -39,21 +39,21 @@ void main() {
     int ky = tap / p.kw;
     int kx = tap - ky * p.kw;
     ACC4 acc[PX * CB];
-    for (int c = 0; c < CB; c++) {
+    UNROLL for (int c = 0; c < CB; c++) {
         vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
-        for (int i = 0; i < PX; i++) acc[c * PX + i] = b;
+        UNROLL for (int i = 0; i < PX; i++) acc[c * PX + i] = b;
     }
     int xr[PX];
-    for (int i = 0; i < PX; i++) xr[i] = min(r0 + i, p.rows - 1) * p.ci4;
+    UNROLL for (int i = 0; i < PX; i++) xr[i] = min(r0 + i, p.rows - 1) * p.ci4;
     int wstride = p.kh * p.kw * p.ci4 * 4;  // one co4 block of weights
     int wb = ((co4_0 * p.kh + ky) * p.kw + kx) * p.ci4 * 4;
     for (int c4 = 0; c4 < p.ci4; c4++) {
         vec4 xv[PX];
-        for (int i = 0; i < PX; i++) xv[i] = LDX(xr[i] + c4);
-        for (int c = 0; c < CB; c++) {
+        UNROLL for (int i = 0; i < PX; i++) xv[i] = LDX(xr[i] + c4);
+        UNROLL for (int c = 0; c < CB; c++) {
             int wi = wb + c * wstride + c4 * 4;
             vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2), w3 = WLOAD(wi + 3);
-            for (int i = 0; i < PX; i++)
+            UNROLL for (int i = 0; i < PX; i++)
                 acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
         }
     }
@@ -61,14 +61,14 @@ void main() {
     int n = r0 / hw;  // the input pixel (n, iy, ix) of r0; later ones step along the row
     int iy = (r0 - n * hw) / p.iw;
     int ix = r0 - n * hw - iy * p.iw;
-    for (int i = 0; i < PX; i++) {
+    UNROLL for (int i = 0; i < PX; i++) {
         if (r0 + i >= p.rows) break;
         if (i > 0 && ++ix == p.iw) {
             ix = 0;
             if (++iy == p.ih) { iy = 0; n++; }
         }
         int o = ((n * p.oh + iy * p.kh + ky) * p.ow + ix * p.kw + kx) * p.oc4s + p.oc4o;
-        for (int c = 0; c < CB; c++) {
+        UNROLL for (int c = 0; c < CB; c++) {
             int co4 = co4_0 + c;
             if (co4 >= p.co4) break;
             ST(y, o + co4, tail_zero(epilogue(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));

@@ -41,23 +41,23 @@ void main() {
     int c4 = int(gl_WorkGroupID.y);
     ACC4 acc[BX];
     vec4 b = ACC_INIT(c4);
-    for (int i = 0; i < BX; i++) acc[i] = b;
+    UNROLL for (int i = 0; i < BX; i++) acc[i] = b;
     int ixb = ox0 * K3S - p.pl;
     for (int ky = 0; ky < 3; ky++) {
         int iy = oy * K3S - p.pt + ky;
         if (iy < 0 || iy >= p.ih) continue;
         int row = (n * p.ih + iy) * p.iw;
         vec4 strip[SPAN];
-        for (int j = 0; j < SPAN; j++) {
+        UNROLL for (int j = 0; j < SPAN; j++) {
             int xx = ixb + j;
             strip[j] = (xx >= 0 && xx < p.iw) ? LDX((row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4) : vec4(0.0);
         }
         int wi = (c4 * 3 + ky) * 3;
         vec4 w0 = WLOAD(wi), w1 = WLOAD(wi + 1), w2 = WLOAD(wi + 2);
-        for (int i = 0; i < BX; i++)
+        UNROLL for (int i = 0; i < BX; i++)
             acc[i] += strip[i * K3S] * w0 + strip[i * K3S + 1] * w1 + strip[i * K3S + 2] * w2;
     }
-    for (int i = 0; i < BX; i++) {
+    UNROLL for (int i = 0; i < BX; i++) {
         if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(epilogue(ACC_DONE(acc[i], c4)), c4, p.c));
     }
 }
@@ -72,14 +72,14 @@ void main() {
     int c4 = int(gl_WorkGroupID.y);
     ACC4 acc[BX];
     vec4 b = ACC_INIT(c4);
-    for (int i = 0; i < BX; i++) acc[i] = b;
+    UNROLL for (int i = 0; i < BX; i++) acc[i] = b;
     for (int ky = 0; ky < p.kh; ky++) {
         int iy = oy * p.sh - p.pt + ky * p.dh;
         if (iy < 0 || iy >= p.ih) continue;
         int row = (n * p.ih + iy) * p.iw;
         for (int kx = 0; kx < p.kw; kx++) {
             vec4 wv = WLOAD((c4 * p.kh + ky) * p.kw + kx);
-            for (int i = 0; i < BX; i++) {
+            UNROLL for (int i = 0; i < BX; i++) {
                 int xx = (ox0 + i) * p.sw - p.pl + kx * p.dw;
                 bool ok = xx >= 0 && xx < p.iw;
                 vec4 xv = LDX((row + clamp(xx, 0, p.iw - 1)) * p.c4s + c4);
@@ -87,7 +87,7 @@ void main() {
             }
         }
     }
-    for (int i = 0; i < BX; i++) {
+    UNROLL for (int i = 0; i < BX; i++) {
         if (ox0 + i < p.ow) ST(y, ((n * p.oh + oy) * p.ow + ox0 + i) * p.oc4s + p.oc4o + c4, tail_zero(epilogue(ACC_DONE(acc[i], c4)), c4, p.c));
     }
 }

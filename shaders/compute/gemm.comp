@@ -17,7 +17,7 @@
 #define SG_BLOCK(c, h, o) { \
     vec4 w0 = subgroupBroadcast(wl[h], o), w1 = subgroupBroadcast(wl[h], o + 1u); \
     vec4 w2 = subgroupBroadcast(wl[h], o + 2u), w3 = subgroupBroadcast(wl[h], o + 3u); \
-    for (int i = 0; i < PX; i++) acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3; }
+    UNROLL for (int i = 0; i < PX; i++) acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3; }
 #endif
 #if (defined(TEXW) || defined(TEXX)) && !defined(VULKAN)
 #extension GL_EXT_texture_buffer : require
@@ -63,20 +63,20 @@ void main() {
     const int xoff = 0, woff = 0, yoff = 0;
 #endif
     ACC4 acc[PX * CB];
-    for (int c = 0; c < CB; c++) {
+    UNROLL for (int c = 0; c < CB; c++) {
         vec4 b = ACC_INIT(min(co4_0 + c, p.co4 - 1));
-        for (int i = 0; i < PX; i++) acc[c * PX + i] = b;
+        UNROLL for (int i = 0; i < PX; i++) acc[c * PX + i] = b;
     }
     int xr[PX];
-    for (int i = 0; i < PX; i++) xr[i] = xoff + min(r0 + i, p.rows - 1) * p.ci4;
+    UNROLL for (int i = 0; i < PX; i++) xr[i] = xoff + min(r0 + i, p.rows - 1) * p.ci4;
     int wstride = p.ci4 * 4;
     for (int c4 = 0; c4 < p.ci4; c4++) {
         vec4 xv[PX];
-        for (int i = 0; i < PX; i++) xv[i] = LDX(xr[i] + c4);
+        UNROLL for (int i = 0; i < PX; i++) xv[i] = LDX(xr[i] + c4);
 #ifdef SG_ON
         if (sg) {
             vec4 wl[CB / 2];  // round h: lane l holds vec4 l % 4 of output block 2h + l / 4
-            for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(woff + (co4_0 + 2 * h + lane / 4) * wstride + c4 * 4 + lane % 4);
+            UNROLL for (int h = 0; h < CB / 2; h++) wl[h] = WLOAD(woff + (co4_0 + 2 * h + lane / 4) * wstride + c4 * 4 + lane % 4);
             SG_BLOCK(0, 0, 0u) SG_BLOCK(1, 0, 4u)
 #if CB == 4
             SG_BLOCK(2, 1, 0u) SG_BLOCK(3, 1, 4u)
@@ -84,18 +84,18 @@ void main() {
             continue;
         }
 #endif
-        for (int c = 0; c < CB; c++) {
+        UNROLL for (int c = 0; c < CB; c++) {
             int wi = woff + (co4_0 + c) * wstride + c4 * 4;
             vec4 w0, w1, w2, w3;
             WLOAD4(wi, w0, w1, w2, w3)
-            for (int i = 0; i < PX; i++)
+            UNROLL for (int i = 0; i < PX; i++)
                 acc[c * PX + i] += xv[i].x * w0 + xv[i].y * w1 + xv[i].z * w2 + xv[i].w * w3;
         }
     }
-    for (int c = 0; c < CB; c++) {
+    UNROLL for (int c = 0; c < CB; c++) {
         int co4 = co4_0 + c;
         if (co4 >= p.co4) break;
-        for (int i = 0; i < PX; i++) {
+        UNROLL for (int i = 0; i < PX; i++) {
             if (r0 + i < p.rows) ST(y, yoff + (r0 + i) * p.oc4s + p.oc4o + co4, tail_zero(epilogue(ACC_DONE(acc[c * PX + i], co4)), co4, p.co));
         }
     }

@@ -34,6 +34,15 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 #endif
 #define PARAMS_END } p;
 
+// UNROLL before a loop of constant trip count asks the compiler to unroll it whatever its size
+// (Vulkan: SPIR-V's Unroll loop control, which Mesa honours; GL ES has no such hint).
+#ifdef VULKAN
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
+
 // WIDE (Vulkan, fp32 storage; the "loads" tuning unit, chosen by gpubackend/paths/vulkan): the same
 // vec4 buffers declared as pairs of 64-bit words. lavapipe compiles every storage-buffer access
 // into a loop over the 8 SIMD lanes with a bounds check per component, so two 64-bit components
