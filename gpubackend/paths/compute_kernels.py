@@ -100,8 +100,11 @@ def shader_blockings(defines: tuple[tuple[str, int], ...]) -> list[tuple[tuple[s
 # are written out (conv.comp; under a loop lavapipe indexed the strip lane by lane and every k3
 # variant lost), and the register-blocking loops carry UNROLL (compute/prelude.glsl): with an
 # activation fused, the 8-pixel blockings ran 1.5-2x slower than without until their loops were
-# forced to unroll (a rolled loop indexes the accumulators in memory). Since then bx8cb2k3 / px8cb2 are the fastest
-# defaults: whole models 1.07-1.26x the eleventh session's bx4cb2 / px4cb2 (interleaved, quiet).
+# forced to unroll (a rolled loop indexes the accumulators in memory). Since then bx8cb2k3 and
+# px8cb2 are the fastest conv and gemm defaults there: whole models 1.07-1.26x the eleventh
+# session's bx4cb2 / px4cb2 (interleaved, quiet); px8cb4 (128 accumulators, 3x slower before the
+# unroll) is faster still on the gemms: MobileNetV2-like 1.08x, yolov8n 1.09x, selfie 1.03x,
+# matmul 512^3 1.24x, 1x1 conv 128ch 1.14x.
 tuning.register("conv", _blocking_variants("BX", subgroup=True) + STRIP_VARIANTS,
                 {"*": f"bx{CONV_BX}cb{CONV_CB}", "lavapipe": "bx8cb2k3", "llvmpipe": "bx4cb4tex"},
                 first_use={"*": ("bx8cb2", "bx4cb4", "bx16cb1", "bx8cb2w16"),
@@ -125,9 +128,9 @@ def _gemm_kind(shape_class: str) -> str:
 
 
 tuning.register("gemm", _blocking_variants("PX", subgroup=True),
-                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px8cb2", "llvmpipe": "px4cb4tex"},
+                {"*": f"px{GEMM_PX}cb{GEMM_CB}", "lavapipe": "px8cb4", "llvmpipe": "px4cb4tex"},
                 first_use={"*": ("px8cb2", "px4cb4", "px16cb1", "px8cb2w16"),
-                           "lavapipe": ("px4cb4", "px4cb2"),
+                           "lavapipe": ("px8cb2", "px4cb4"),
                            "llvmpipe": ("px8cb2tex",)},
                 kind_of=_gemm_kind)
 # reads (depthwise, ConvTranspose, Resize, pooling, Concat): input and weights (Resize: its tap
