@@ -37,14 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="print the calibration's progress")
     args = ap.parse_args(argv)
     verify = [p for p in args.verify.split(",") if p]
-    rows = []
     for name in args.models.split(","):
         model = zoo.BY_NAME[name]
+        proto = onnx.load(str(zoo.fetch(name)))
         sizes = {model.shape(small) for small in (True, False) if ("small" if small else "full") in args.sizes}
         for shape in sorted(sizes):
             small = shape != model.input_shape
             feeds = make_input(model, small=small)
-            proto = onnx.load(str(zoo.fetch(name)))
             t0 = time.perf_counter()
             cal, verified = fp16_calibration.calibrate_verified(
                 proto, feeds, args.tolerance, args.margin, verify, args.verify_within,
@@ -62,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
                    + "".join(f"; {p} {e:.2e}" for p, e in verified.items())
                    + f" ({time.perf_counter() - t0:.0f} s)")
             print(row, flush=True)
-            rows.append(row)
     return 0
 
 

@@ -82,7 +82,6 @@ class Gles31Tensor(DeviceTensor):
         self.device.release(self.buffer, self._texture)
 
 
-
 def _texture_to_buffer(seg: Gles31Segment, tensor: GLTextureTensor, buf: Any, prec: str) -> None:
     fp16 = prec == "fp16"
     header = f"#version 310 es\n#define FP16 {int(fp16)}\n"

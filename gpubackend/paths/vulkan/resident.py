@@ -54,7 +54,6 @@ def _plain_buffer(seg: VulkanSegment, name: str) -> str | None:
     return edges[0].buffer if len(edges) == 1 and edges[0].buffer == name else None
 
 
-
 def copy_source(seg: VulkanSegment, name: str, tensor: DeviceTensor) -> Any | None:
     buf = _plain_buffer(seg, name)
     if buf is None or not isinstance(tensor, VulkanTensor) or tensor.precision != seg.storage_of(name):
