@@ -116,20 +116,21 @@ def test_one_pixel_tiles_in_one_draw(op, feeds, consts, attrs):
     x = {k: rnd(*v) for k, v in feeds.items()}
     c = {k: rnd(*v, scale=0.3) for k, v in consts.items()}
     path = gpath()
-    lim = path.limits
+    saved = path.limits
+    lim = path.limits = kernels.Limits(**{**saved.__dict__, "conv_blend": False})  # the classic kernel
     names = list(x) + list(c)
     want = np.asarray(fallback.run_node(op, [{**x, **c}[n] for n in names], attrs, 17)[0])
     node = Node("n", op, names, ["y"], dict(attrs))
     graph = Graph([node], list(x), ["y"], c, {**{k: a.shape for k, a in {**x, **c}.items()}, "y": want.shape},
                   {t: np.dtype(np.float32) for t in [*names, "y"]}, 17, {k: a.shape for k, a in x.items()})
-    assert not kernels.build(node, graph, lim).tiled
-    got = run_node(op, x, c, attrs)
-    path.limits = kernels.Limits(**{**lim.__dict__, "one_draw_tile_pixels": 0})
     try:
+        assert not kernels.build(node, graph, lim).tiled
+        got = run_node(op, x, c, attrs)
+        path.limits = kernels.Limits(**{**lim.__dict__, "one_draw_tile_pixels": 0})
         assert kernels.build(node, graph, path.limits).tiled
         tiled = run_node(op, x, c, attrs)
     finally:
-        path.limits = lim
+        path.limits = saved
     np.testing.assert_allclose(got, tiled, rtol=1e-6, atol=1e-6)
 
 
@@ -213,11 +214,11 @@ def test_conv_several_pixels_per_fragment_matches_the_one_pixel_kernel(n, cin, h
     graph = Graph([node], ["x"], ["y"], {"w": wt, "b": b}, {"x": x.shape, "w": wt.shape, "b": b.shape,
                                                            "y": want.shape},
                   {t: np.dtype(np.float32) for t in ("x", "w", "b", "y")}, 17, {"x": x.shape})
-    px = gles3.Gles3Path()
+    px = gles3.Gles3Path(disabled_kernels=frozenset({"conv_blend"}))
     px.limits = dataclasses.replace(px.limits, conv_px_pixels=pixels)
     assert [part.name for part in px.kernel(node, graph)] == ["conv_px", "conv_px_unpack"]
     assert gles3.kernel_name(node, graph) == "conv_px"
-    one = gles3.Gles3Path(disabled_kernels=frozenset({"conv_px"}))
+    one = gles3.Gles3Path(disabled_kernels=frozenset({"conv_px", "conv_blend"}))
     assert one.kernel(node, graph).name in ("conv", "conv1x1")
     fin = np.isfinite(want)
     for path in (px, one):
@@ -247,6 +248,103 @@ def test_conv_several_pixels_per_fragment_declines_small_and_grouped():
                       {t: np.dtype(np.float32) for t in ("x", "w", "y")}, 17, {"x": xs})
         assert conv_px.declines(node, graph, lim)
         assert kernels.build(node, graph, lim).name in ("conv", "depthwise")
+
+
+# (N, Cin, H, W, Cout, kernel, stride, pads, dilation): 3x3 with padding; 3 input slices (a
+# chunk of one plane: the other sampler keeps a stale binding); strided over a batch; dilated
+# with output channels not a multiple of 4; 1x1 of 3 input channels (a first layer).
+CONV_BLEND = [(1, 16, 12, 13, 6, 3, 1, 1, 1), (1, 12, 9, 10, 7, 3, 1, 1, 1),
+              *(pytest.param(*c, marks=pytest.mark.slow) for c in [
+                  (2, 17, 15, 14, 13, 3, 2, 1, 1), (1, 24, 16, 18, 5, 3, 1, 2, 2), (1, 3, 20, 21, 17, 5, 2, 2, 1)])]
+
+
+def _blend_case(op: str, xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict):
+    x = rnd(*xs)
+    x.reshape(-1)[[3, x.size // 2, x.size - 5]] = [np.nan, np.inf, -np.inf]
+    w, b = rnd(*ws, scale=0.3), rnd(ws[0] if op == "Conv" or attrs.get("transB") else ws[1])
+    names = ["x", "w", "b"] if op != "MatMul" else ["x", "w"]
+    arrays = {"x": x, "w": w, "b": b}
+    want = np.asarray(fallback.run_node(op, [arrays[n] for n in names], attrs, 17)[0])
+    node = Node("c", op, names, ["y"], dict(attrs))
+    graph = Graph([node], ["x"], ["y"], {n: arrays[n] for n in names[1:]},
+                  {**{n: arrays[n].shape for n in names}, "y": want.shape},
+                  {t: np.dtype(np.float32) for t in [*names, "y"]}, 17, {"x": x.shape})
+    return x, want, node, graph
+
+
+def _run_blend_paths(x, want, node, graph, precision: str = "fp32", tol: float = 1e-5) -> None:
+    from gpubackend.paths import gles3
+    from gpubackend.paths.gles3 import kernels
+
+    blend = gles3.Gles3Path(precision)
+    if not (blend.limits.float_blend and blend.limits.conv_blend):
+        pytest.fail(f"conv_blend is off on this llvmpipe context: {blend.limits}")
+    assert [part.name for part in blend.kernel(node, graph)] == ["conv_blend", "conv_blend_out"]
+    assert blend.kernel_name_for(node, graph) == "conv_blend"
+    assert kernels.kernel_name(node, graph) != "conv_blend"  # the ES 3.0 minimum has no float blending
+    classic = gles3.Gles3Path(precision, disabled_kernels=frozenset({"conv_blend"}))
+    fin = np.isfinite(want)
+    for path in (blend, classic):
+        seg = path.compile([node], graph, ["x"], ["y"])
+        seg.poison = float("nan")
+        try:
+            stats = RunStats(profile=True)
+            got = seg.run({"x": x}, stats)["y"]
+        finally:
+            seg.close()
+        assert list(stats.node_seconds) == ["c"]  # both passes count as the graph's node
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+        assert rel_err(got[fin], want[fin]) < tol
+
+
+@pytest.mark.parametrize("n,cin,h,w,cout,k,s,p,d", CONV_BLEND)
+def test_conv_blend_matches_the_reference_and_the_classic_kernel(n, cin, h, w, cout, k, s, p, d):
+    """conv_blend (weights in flat varyings, chunks summed by blending) against the reference and
+    the kernel it replaces, NaN and Inf in the input, outputs poisoned."""
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p] * 4, "dilations": [d, d]}
+    _run_blend_paths(*_blend_case("Conv", (n, cin, h, w), (cout, cin, k, k), attrs))
+
+
+@pytest.mark.parametrize("op,m,k,nout,attrs", [("Gemm", 37, 70, 45, {"alpha": 0.5, "beta": 2.0}),
+                                               ("MatMul", 130, 64, 9, {}),
+                                               ("Gemm", 5, 96, 20, {"transB": 1})])
+def test_conv_blend_gemm_and_matmul(op, m, k, nout, attrs):
+    """Gemm/MatMul rows as the pixels of the accumulator's tiles (a near-square block)."""
+    ws = (nout, k) if attrs.get("transB") else (k, nout)
+    _run_blend_paths(*_blend_case(op, (m, k), ws, attrs))
+
+
+def test_conv_blend_fp16_keeps_an_fp32_accumulator():
+    x, want, node, graph = _blend_case("Conv", (1, 32, 16, 16), (24, 32, 3, 3),
+                                       {"kernel_shape": [3, 3], "pads": [1] * 4})
+    _run_blend_paths(x, want, node, graph, "fp16", tol=1e-2)
+
+
+def test_conv_blend_declines():
+    import dataclasses
+
+    from gpubackend.paths.gles3 import conv_blend, kernels
+
+    lim = dataclasses.replace(kernels.Limits(), conv_blend=True, float_blend=True, max_varying_vectors=32)
+    assert conv_blend.blocking(lim) == (3, 2)
+    assert conv_blend.blocking(dataclasses.replace(lim, max_varying_vectors=16)) == (3, 1)
+    assert "varying" in conv_blend.blocking(dataclasses.replace(lim, max_varying_vectors=5))
+
+    def conv(xs, ws, attrs):
+        node = Node("c", "Conv", ["x", "w"], ["y"], attrs)
+        ys = (xs[0], ws[0], xs[2], xs[3])
+        return node, Graph([node], ["x"], ["y"], {"w": rnd(*ws)}, {"x": xs, "w": ws, "y": ys},
+                           {t: np.dtype(np.float32) for t in ("x", "w", "y")}, 17, {"x": xs})
+
+    dense = conv((1, 16, 8, 8), (8, 16, 3, 3), {"pads": [1] * 4})
+    assert conv_blend.declines(*dense, lim) is None
+    assert "EXT_float_blend" in conv_blend.declines(*dense, dataclasses.replace(lim, float_blend=False))
+    assert "llvmpipe" in conv_blend.declines(*dense, dataclasses.replace(lim, conv_blend=False))
+    assert "varying" in conv_blend.declines(*dense, dataclasses.replace(lim, max_varying_vectors=5))
+    assert "depthwise" in conv_blend.declines(*conv((1, 16, 8, 8), (16, 1, 3, 3),
+                                                    {"pads": [1] * 4, "group": 16}), lim)
+    assert "below" in conv_blend.declines(*conv((1, 6, 8, 8), (8, 6, 3, 3), {"pads": [1] * 4}), lim)
 
 
 def test_binary_lower_rank_tensor_in_another_view_is_declined():

@@ -35,7 +35,10 @@ def _limits(ctx, targets: int, baked: bool, fp16: bool = False) -> Limits:
                   max_fragment_uniform_blocks=get("GL_MAX_FRAGMENT_UNIFORM_BLOCKS", 12),
                   max_texture_units=get("GL_MAX_TEXTURE_IMAGE_UNITS", 16),
                   ubo_alignment=get("GL_UNIFORM_BUFFER_OFFSET_ALIGNMENT", 256),
-                  targets=targets, baked=baked, fp16=fp16)
+                  targets=targets, baked=baked, fp16=fp16,
+                  float_blend="GL_EXT_float_blend" in ctx.extensions,
+                  max_varying_vectors=get("GL_MAX_VARYING_VECTORS", 15),
+                  conv_blend="llvmpipe" in str(info.get("GL_RENDERER", "")).lower())
 
 
 class Gles3Path(Path):
@@ -83,6 +86,10 @@ class Gles3Path(Path):
     def decline(self, node: Node, graph: Graph) -> str | None:
         return self.kernels.decline(node, graph)
 
+    def kernel_name_for(self, node: Node, graph: Graph) -> str | None:
+        """The short name of the kernel this path object (its context's limits) uses for ``node``."""
+        return _kernel_name(node, graph, self.limits)
+
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
         steps = []
@@ -109,7 +116,7 @@ class Gles3Path(Path):
                            fp32=frozenset(fp32))
         if self.dtype == "f2":
             seg.notes = [mixed_precision.describe(nodes, graph, {n: fp32[n] for n in seg.storage_dtype
-                                                                 if seg.storage_dtype[n] == "f4"})]
+                                                                 if seg.storage_dtype[n] == "f4" and n in fp32})]
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
         seg.node_of = seg_node_of
         if self.poison:

@@ -61,6 +61,14 @@ class Limits:
     conv_px_pixels: int = 2
     conv_px_min_pixels: int = 1024
     conv_px_min_macs: int = 128
+    # conv_blend (group-1 Conv, Gemm, MatMul: weights in flat varyings, sums by additive blending,
+    # see conv_blend.py): needs EXT_float_blend and varyings for T x 4 x J weight vectors. On by
+    # default on llvmpipe, where it was measured; below the fewest multiply-adds per output value
+    # the second pass costs more than the weight loads saved.
+    float_blend: bool = False
+    max_varying_vectors: int = 15
+    conv_blend: bool = False
+    conv_blend_min_macs: int = 64
 
     @property
     def planes(self) -> int:
@@ -84,6 +92,13 @@ class Kernel(KernelRecord):
     # A pass of a several-pass node writes this tensor of its own instead of one of the node's
     # outputs (a later pass of the same node reads it): ConvTranspose by taps.
     writes: str = ""
+    # conv_blend's first pass (conv_blend.py): its own vertex shader, the targets cleared to zero,
+    # then one instanced draw per entry (input planes bound to samplers XJ_0.., u_c, u_info) with
+    # additive blending; ``wide``: the tensor it writes is RGBA32F even in an fp16 segment.
+    vertex: str = ""
+    accumulate: list[tuple[tuple[int, ...], int, tuple[int, int, int, int]]] = field(default_factory=list)
+    instances: int = 0
+    wide: bool = False
 
     @property
     def kernel_name(self) -> str:
@@ -534,8 +549,10 @@ def conv_transpose_taps(node: Node, graph: Graph, lim: Limits) -> list[Kernel] |
     return [taps, total]
 
 
-def gemm(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
-    """Gemm / MatMul with a constant right operand: a 1x1 convolution of the [M, K] input."""
+def gemm_operands(node: Node, graph: Graph):
+    """Gemm / MatMul with a constant right operand as a 1x1 convolution of the [M, K] input:
+    (input name, weights [N, K, 1, 1], per-column bias or None, output shape, record), or the
+    reason this path cannot take it."""
     a_name = node.inputs[0]
     b = _const(graph, node, 1)
     if a_name in graph.constants:
@@ -567,7 +584,15 @@ def gemm(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None
     if xs[1] != k:
         return f"inner dimensions differ ({xs[1]} vs {k})"
     w = np.ascontiguousarray(b.T.reshape(nout, k, 1, 1), np.float32)
-    ys = (xs[0], nout)
+    return a_name, w, c, (xs[0], nout), rec
+
+
+def gemm(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
+    """Gemm / MatMul with a constant right operand: a 1x1 convolution of the [M, K] input."""
+    operands = gemm_operands(node, graph)
+    if isinstance(operands, str):
+        return operands
+    a_name, w, c, ys, rec = operands
     name = ("gemm" if node.op_type == "Gemm" else "matmul") + ("_q8" if qscale is not None else "")
     return _conv_kernel(node, graph, lim, a_name, w, c, ys, [1, 1], [1, 1], [0, 0, 0, 0], 1, False,
                         rec.act, name, qscale)
@@ -971,20 +996,25 @@ def conv_kind(node: Node, graph: Graph) -> str:
     return "conv"
 
 
-def kernel_name(node: Node, graph: Graph) -> str | None:
-    """The short kernel name this path would use for ``node`` (None: no kernel)."""
+def kernel_name(node: Node, graph: Graph, lim: Limits | None = None) -> str | None:
+    """The short kernel name this path would use for ``node`` with ``lim`` (default: a context
+    that has only what ES 3.0 guarantees) (None: no kernel)."""
     op = node.op_type
+    lim = lim or Limits()
     # int8 weights (or the float kernel if those decline); ConvTranspose by taps where it applies,
-    # else the gather form (a list of passes: named by the first)
+    # else the gather form; conv_blend and conv_px where they take the node (a list of passes:
+    # named by the first)
     if (op in quant.WEIGHT_OPS and node.inputs[1:2] and node.inputs[1] in graph.dequantized) \
-            or op == "ConvTranspose" or (op == "Conv" and conv_px.declines(node, graph, Limits()) is None):
-        got = generate(REGISTRY, node, graph, Limits())
+            or op == "ConvTranspose" or (op == "Conv" and conv_px.declines(node, graph, lim) is None) \
+            or (op in ("Conv", "Gemm", "MatMul") and conv_blend.declines(node, graph, lim) is None):
+        got = generate(REGISTRY, node, graph, lim)
         if not isinstance(got, str):
             return (got.payload[0] if isinstance(got.payload, list) else got.payload).name
     if op == "Conv":
         return conv_kind(node, graph)
-    cands = REGISTRY.get(op)
-    return cands[0][0] if cands else None
+    # float weights: neither the int8-weight kernel nor conv_blend (both taken above if they apply)
+    names = [name for name, _ in REGISTRY.get(op) or () if not name.endswith("_q8") and name != "conv_blend"]
+    return names[0] if names else None
 
 
 def build(node: Node, graph: Graph, lim: Limits) -> Kernel | list[Kernel] | str:
@@ -1008,5 +1038,6 @@ from . import quant  # noqa: E402
 
 quant.register(REGISTRY)
 
-# Conv with several output pixels per fragment, before the one-pixel kernels.
-from . import conv_px  # noqa: E402
+# Conv with several output pixels per fragment, before the one-pixel kernels; then Conv, Gemm and
+# MatMul with the weights in flat varyings, before every other float kernel of those ops.
+from . import conv_blend, conv_px  # noqa: E402, F401

@@ -88,6 +88,7 @@ class Gles3Segment(Segment):
         owned = set(inputs) | {n.outputs[0] for n in nodes}
         edges = mixed_precision.planned_edges(graph, [*inputs, *outputs])  # uploaded / read back as fp32
         wide = {n for n in fp32 if dtype == "f2" and (n in edges or (n not in inputs and n not in outputs))}
+        wide |= {node.outputs[0] for node in nodes if kernels[node.name].wide}
         self.storage_dtype = {name: "f4" if name in wide else dtype for name in owned}
         slot_of, _ = plan_storage(
             [[root.get(n, n) for n in [*node.inputs, node.outputs[0]]] for node in nodes],
@@ -105,7 +106,7 @@ class Gles3Segment(Segment):
             step = Step(node, k)
             step.inputs = [self.storage[name] for _, name in k.inputs]
             if not k.alias:
-                step.program = dev.program(vs, k.fragment)
+                step.program = dev.program(k.vertex or vs, k.fragment)
                 self._setup(step, k)
             step.out = self.storage[node.outputs[0]]
             self.steps.append(step)
@@ -176,11 +177,16 @@ class Gles3Segment(Segment):
         for name, value in k.uniforms.items():
             if name in members:
                 uniforms[name] = value
+        per_draw = {"u_tile"}
+        if k.accumulate:  # the chunk's input planes go to units 0.. at each draw (_accumulate)
+            uniforms.update((f"XJ_{i}", i) for i in range(len(k.accumulate[0][0])) if f"XJ_{i}" in members)
+            per_draw |= {"u_c", "u_info"}
         if "u_half16" in members:  # round to nearest before an RGBA16F target (kernels.HALF_STORE)
             uniforms["u_half16"] = int(self.storage[step.node.outputs[0]].dtype == "f2")
         # Every uniform of a shared program must get this node's value at its draw, or it would
         # keep the value of whichever node drew last with the program.
-        unset = [m for m in members if isinstance(prog[m], moderngl.Uniform) and m not in uniforms and m != "u_tile"]
+        unset = [m for m in members
+                 if isinstance(prog[m], moderngl.Uniform) and m not in uniforms and m not in per_draw]
         if unset:
             raise ModelError(f"{step.node.name} ({step.node.op_type}): gles3 kernel {k.name!r} leaves "
                                    f"uniforms {sorted(unset)} unset")
@@ -248,6 +254,9 @@ class Gles3Segment(Segment):
         if self.poison is not None:
             fbo.viewport = (0, 0, *lay.size)
             fbo.clear(*(self.poison,) * 4)
+        if k.accumulate:
+            self._accumulate(step, stats)
+            return
         if not k.tiled:
             fbo.viewport = (0, 0, *lay.size)
             self.dev.dispatched()
@@ -267,6 +276,31 @@ class Gles3Segment(Segment):
                 self.dev.dispatched()
                 step.vao.render(mode=4, vertices=3)
                 stats.dispatches += 1
+
+    def _accumulate(self, step: Step, stats: RunStats) -> None:
+        """conv_blend's first pass: zero the targets, then one instanced draw per chunk with
+        additive blending (the fbo is bound, the inputs and weights are)."""
+        k, prog, ctx = step.kernel, step.program, self.dev.ctx
+        assert step.out is not None
+        fbo = step.out.fbo
+        fbo.viewport = (0, 0, *k.out.size)
+        fbo.clear(0.0, 0.0, 0.0, 0.0)
+        x = step.inputs[0]
+        c_uniform, info = prog["u_c"], prog["u_info"]
+        ctx.enable(moderngl.BLEND)
+        try:
+            ctx.blend_func = moderngl.ONE, moderngl.ONE
+            ctx.blend_equation = moderngl.FUNC_ADD
+            for planes, chunk, chunk_info in k.accumulate:
+                for unit, plane in enumerate(planes):
+                    x.textures[plane].use(location=unit)
+                c_uniform.value = chunk
+                info.value = chunk_info
+                self.dev.dispatched()
+                step.vao.render(mode=moderngl.TRIANGLE_STRIP, vertices=4, instances=k.instances)
+                stats.dispatches += 1
+        finally:
+            ctx.disable(moderngl.BLEND)
 
     def close(self) -> None:
         if self._closed:
