@@ -11,7 +11,8 @@ matrix-vector products, the cap before the third session; ``unroll576``: up to 5
 1-pixel-tile outputs drawn tile by tile, as before the fourth session; ``onedraw196``: tiles
 up to 14x14 in one draw as well; ``targets2``: every tensor in 2 planes, so a conv fragment
 keeps 2 output slices instead of 4; ``px1``: Conv one output pixel per fragment, ``conv_px`` taken
-out). Models: selfie,
+out; ``noblend``: Conv, Gemm and MatMul without ``conv_blend``; ``blend16``/``blend256``: its
+multiply-add floor; ``blend2x2``: 2 output x 2 input slices per draw). Models: selfie,
 unet_like, mobilenet_v2_like, an .onnx file, or one of the roofline kernels
 (matmul512, gemm256, conv3x3, conv1x1).
 """
@@ -49,6 +50,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "px1": {"disabled": {"conv_px"}},
     "px4": {"limits": {"conv_px_pixels": 4}},  # conv_px: 4 pixels of one slice per fragment (default: 2 x 2 slices)
     "pxall": {"limits": {"conv_px_min_macs": 0}},  # conv_px also for convs with few input channels
+    "noblend": {"disabled": {"conv_blend"}},  # Conv/Gemm/MatMul without conv_blend (before the fourteenth session)
+    "blend16": {"limits": {"conv_blend_min_macs": 16}},  # conv_blend also for convs of few multiply-adds
+    "blend256": {"limits": {"conv_blend_min_macs": 256}},
+    "blend2x2": {"limits": {"max_varying_vectors": 18}},  # conv_blend with 2 output x 2 input slices per draw
 }
 ROOFLINE = {"matmul512": "matmul 512^3", "gemm256": "gemm 256x1024x1024", "conv3x3": "conv 3x3 64ch 128x128",
             "conv1x1": "conv 1x1 128ch 64x64"}

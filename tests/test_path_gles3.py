@@ -344,7 +344,8 @@ def test_conv_blend_declines():
     assert "varying" in conv_blend.declines(*dense, dataclasses.replace(lim, max_varying_vectors=5))
     assert "depthwise" in conv_blend.declines(*conv((1, 16, 8, 8), (16, 1, 3, 3),
                                                     {"pads": [1] * 4, "group": 16}), lim)
-    assert "below" in conv_blend.declines(*conv((1, 6, 8, 8), (8, 6, 3, 3), {"pads": [1] * 4}), lim)
+    assert "multiply-adds" in conv_blend.declines(*conv((1, 1, 8, 8), (8, 1, 3, 3), {"pads": [1] * 4}), lim)
+    assert "pixels" in conv_blend.declines(*conv((1, 64, 3, 3), (8, 64, 3, 3), {"pads": [1] * 4}), lim)
 
 
 def test_binary_lower_rank_tensor_in_another_view_is_declined():

@@ -17,7 +17,8 @@ broadcast per batch of fragments. There are few of them (GL_MAX_VARYING_VECTORS:
 
 The sum over the chunks runs in another order than the one-pixel kernel's (fp32 rounding).
 Taken for group-1 convolutions and constant-weight Gemm/MatMul with at least
-``Limits.conv_blend_min_macs`` multiply-adds per output value, where ``Limits.conv_blend`` is on
+``Limits.conv_blend_min_macs`` multiply-adds per output value and ``conv_blend_min_pixels``
+output pixels, where ``Limits.conv_blend`` is on
 (llvmpipe) and the context has float blending and the varyings; ``disabled_kernels={"conv_blend"}``
 gives the other kernels back."""
 
@@ -66,22 +67,25 @@ def declines(node: Node, graph: Graph, lim: Limits) -> str | None:
     tj = blocking(lim)
     if isinstance(tj, str):
         return tj
+    ys = _shape(graph, node.outputs[0])
     if node.op_type == "Conv":
         w = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
-        if w is None or w.ndim != 4:
-            return "not a 2-D convolution with constant weights"
+        if w is None or w.ndim != 4 or ys is None or len(ys) != 4:
+            return "not a 2-D convolution with constant weights and a static output"
         rec = ops.lower(node, graph)
         if isinstance(rec, ops.ConvRecord) and rec.group != 1:
             return "grouped or depthwise convolution"
-        macs = int(w.shape[1] * w.shape[2] * w.shape[3])
+        macs, pixels = int(w.shape[1] * w.shape[2] * w.shape[3]), ys[0] * ys[2] * ys[3]
     else:
         b = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
         xs = _shape(graph, node.inputs[0])
-        if b is None or xs is None or len(xs) != 2:
+        if b is None or xs is None or len(xs) != 2 or ys is None:
             return "not a 2-D product with a constant right operand"
-        macs = int(xs[1])
+        macs, pixels = int(xs[1]), xs[0]
     if macs < lim.conv_blend_min_macs:
         return f"{macs} multiply-adds per output value: below {lim.conv_blend_min_macs}"
+    if pixels < lim.conv_blend_min_pixels:
+        return f"{pixels} output pixels (rows): below {lim.conv_blend_min_pixels} a draw per chunk costs more"
     return None
 
 

@@ -68,7 +68,8 @@ class Limits:
     float_blend: bool = False
     max_varying_vectors: int = 15
     conv_blend: bool = False
-    conv_blend_min_macs: int = 64
+    conv_blend_min_macs: int = 16
+    conv_blend_min_pixels: int = 16  # output pixels (a Gemm's rows): a 1-row Gemm ran 5x slower
 
     @property
     def planes(self) -> int:
