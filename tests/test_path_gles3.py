@@ -308,7 +308,7 @@ def test_conv_blend_matches_the_reference_and_the_classic_kernel(n, cin, h, w, c
 
 @pytest.mark.parametrize("op,m,k,nout,attrs", [("Gemm", 37, 70, 45, {"alpha": 0.5, "beta": 2.0}),
                                                ("MatMul", 130, 64, 9, {}),
-                                               ("Gemm", 5, 96, 20, {"transB": 1})])
+                                               ("Gemm", 19, 96, 20, {"transB": 1})])
 def test_conv_blend_gemm_and_matmul(op, m, k, nout, attrs):
     """Gemm/MatMul rows as the pixels of the accumulator's tiles (a near-square block)."""
     ws = (nout, k) if attrs.get("transB") else (k, nout)
