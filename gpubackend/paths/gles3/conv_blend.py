@@ -165,7 +165,8 @@ def _kernels(name: str, x_name: str, x: TexLayout, out: TexLayout, w: np.ndarray
     out_defines["ROWS"] = int(rows)
     src2 = _source("conv_blend_out.frag", out, {"A": acc, "B": b_lay}, False, out_defines, uniforms=uniforms)
     second = Kernel("conv_blend_out", src2, [("A", a_name)], out, False,
-                    consts={"B": (b.reshape(1, cout, 1, 1), b_lay)}, in_layouts={"A": acc}, uniforms=uniforms)
+                    consts={"B": (b.reshape(1, cout, 1, 1), b_lay)}, in_layouts={"A": acc}, uniforms=uniforms,
+                    fp32_consts=True)  # the bias in fp32, as the one-pass kernels' uniforms keep it
     return [first, second]
 
 

@@ -100,6 +100,7 @@ class Kernel(KernelRecord):
     accumulate: list[tuple[tuple[int, ...], int, tuple[int, int, int, int]]] = field(default_factory=list)
     instances: int = 0
     wide: bool = False
+    fp32_consts: bool = False  # ``consts`` in RGBA32F in an fp16 segment too (conv_blend's bias)
 
     @property
     def kernel_name(self) -> str:

@@ -135,10 +135,11 @@ class Gles3Segment(Segment):
                 if f"{prefix}_{p}" in members:
                     uniforms[f"{prefix}_{p}"] = unit + p
             unit += len(st.textures)
+        const_dtype = "f4" if k.fp32_consts else self.dtype
         for prefix, (data, lay) in k.consts.items():
             st = Storage(lay, [])
-            for plane in pack(data, lay, np.float16 if self.dtype == "f2" else np.float32):
-                t = self.dev.texture(lay.size, 4, plane.tobytes(), dtype=self.dtype)
+            for plane in pack(data, lay, np.float16 if const_dtype == "f2" else np.float32):
+                t = self.dev.texture(lay.size, 4, plane.tobytes(), dtype=const_dtype)
                 t.filter = (NEAREST, NEAREST)
                 st.textures.append(t)
             self._consts.append(st)
