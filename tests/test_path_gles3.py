@@ -220,8 +220,14 @@ def test_conv_several_pixels_per_fragment_matches_the_one_pixel_kernel(n, cin, h
     assert gles3.kernel_name(node, graph) == "conv_px"
     one = gles3.Gles3Path(disabled_kernels=frozenset({"conv_px", "conv_blend"}))
     assert one.kernel(node, graph).name in ("conv", "conv1x1")
+    _matches_the_reference((px, one), x, want, node, graph)
+
+
+def _matches_the_reference(paths, x, want, node, graph, tol: float = 1e-5) -> None:
+    """Node ``c`` (input ``x``, output ``y``) on each path with its output poisoned: NaN and Inf
+    where the reference has them, the rest within ``tol``, every pass timed as the node."""
     fin = np.isfinite(want)
-    for path in (px, one):
+    for path in paths:
         seg = path.compile([node], graph, ["x"], ["y"])
         seg.poison = float("nan")
         try:
@@ -229,10 +235,10 @@ def test_conv_several_pixels_per_fragment_matches_the_one_pixel_kernel(n, cin, h
             got = seg.run({"x": x}, stats)["y"]
         finally:
             seg.close()
-        assert list(stats.node_seconds) == ["c"]  # both passes count as the graph's node
+        assert list(stats.node_seconds) == ["c"]  # every pass counts as the graph's node
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
-        assert rel_err(got[fin], want[fin]) < 1e-5
+        assert rel_err(got[fin], want[fin]) < tol
 
 
 def test_conv_several_pixels_per_fragment_declines_small_and_grouped():
@@ -283,19 +289,7 @@ def _run_blend_paths(x, want, node, graph, precision: str = "fp32", tol: float =
     assert blend.kernel_name_for(node, graph) == "conv_blend"
     assert kernels.kernel_name(node, graph) != "conv_blend"  # the ES 3.0 minimum has no float blending
     classic = gles3.Gles3Path(precision, disabled_kernels=frozenset({"conv_blend"}))
-    fin = np.isfinite(want)
-    for path in (blend, classic):
-        seg = path.compile([node], graph, ["x"], ["y"])
-        seg.poison = float("nan")
-        try:
-            stats = RunStats(profile=True)
-            got = seg.run({"x": x}, stats)["y"]
-        finally:
-            seg.close()
-        assert list(stats.node_seconds) == ["c"]  # both passes count as the graph's node
-        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-        np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
-        assert rel_err(got[fin], want[fin]) < tol
+    _matches_the_reference((blend, classic), x, want, node, graph, tol)
 
 
 @pytest.mark.parametrize("n,cin,h,w,cout,k,s,p,d", CONV_BLEND)

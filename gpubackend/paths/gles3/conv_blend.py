@@ -35,9 +35,9 @@ from .kernels import (
     REGISTRY,
     Kernel,
     Limits,
-    _conv_operands,
     _shape,
     _source,
+    conv_layouts,
     gemm_operands,
     geometry,
     layout_of,
@@ -171,16 +171,10 @@ def _kernels(name: str, x_name: str, x: TexLayout, out: TexLayout, w: np.ndarray
 
 
 def conv_blend(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
-    why = declines(node, graph, lim)
-    if why:
-        return why
-    operands = _conv_operands(node, graph, "convolution")
+    operands = conv_layouts(node, graph, lim, declines)
     if isinstance(operands, str):
         return operands
-    w, bias, ys, rec = operands
-    x, out = layout_of(_shape(graph, node.inputs[0]), lim), layout_of(ys, lim)
-    if isinstance(x, str) or isinstance(out, str):
-        return x if isinstance(x, str) else str(out)
+    w, bias, _, rec, x, out = operands
     return _kernels("conv_blend", node.inputs[0], x, out, w, bias, list(rec.strides), list(rec.dilations),
                     list(rec.pads_begin), rec.act, False, node.outputs[0], lim)
 

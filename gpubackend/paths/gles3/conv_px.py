@@ -28,13 +28,12 @@ from .kernels import (
     REGISTRY,
     Kernel,
     Limits,
-    _conv_operands,
     _pack_weights,
     _record,
     _shape,
     _source,
+    conv_layouts,
     geometry,
-    layout_of,
 )
 from .layout import TexLayout, plan_layout
 
@@ -110,16 +109,10 @@ def declines(node: Node, graph: Graph, lim: Limits) -> str | None:
 
 
 def conv_px(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
-    why = declines(node, graph, lim)
-    if why:
-        return why
-    operands = _conv_operands(node, graph, "convolution")
+    operands = conv_layouts(node, graph, lim, declines)
     if isinstance(operands, str):
         return operands
-    w, bias, ys, rec = operands
-    x, out = layout_of(_shape(graph, node.inputs[0]), lim), layout_of(ys, lim)
-    if isinstance(x, str) or isinstance(out, str):
-        return x if isinstance(x, str) else str(out)
+    w, bias, ys, rec, x, out = operands
     pixels = lim.conv_px_pixels
     slices = lim.planes // pixels  # output slices per fragment
     groups = -(-out.slices // slices)

@@ -470,6 +470,23 @@ def _conv_operands(node: Node, graph: Graph, what: str):
     return w, bias, ys, rec
 
 
+def conv_layouts(node: Node, graph: Graph, lim: Limits, declines=None):
+    """:func:`_conv_operands` of a 2-D Conv and its input and output layouts: (weights, bias,
+    output shape, record, input layout, output layout), or the reason this path (or a kernel's
+    ``declines(node, graph, lim)`` first) does not take it."""
+    why = declines(node, graph, lim) if declines else None
+    if why:
+        return why
+    operands = _conv_operands(node, graph, "convolution")
+    if isinstance(operands, str):
+        return operands
+    w, bias, ys, rec = operands
+    x, out = layout_of(_shape(graph, node.inputs[0]), lim), layout_of(ys, lim)
+    if isinstance(x, str) or isinstance(out, str):
+        return x if isinstance(x, str) else str(out)
+    return w, bias, ys, rec, x, out
+
+
 def conv(node: Node, graph: Graph, lim: Limits, qscale: np.ndarray | None = None) -> Kernel | str:
     operands = _conv_operands(node, graph, "convolution")
     if isinstance(operands, str):
