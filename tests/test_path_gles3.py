@@ -701,3 +701,29 @@ def test_layout_op_with_runtime_shape_is_declined(case, runs_on_gles3):
     graph = to_graph(all_cases()[case].model)
     assert any(gpath().decline(n, graph) for n in graph.nodes)
     assert check_node_case_on_path(case, "gles3") is runs_on_gles3
+
+
+@pytest.mark.parametrize("size", [2, 8])
+def test_explain_names_the_conv_kernels_and_why_conv_blend_declined(size):
+    import onnx
+    from onnx import TensorProto, helper
+
+    import gpubackend
+
+    w1, w2 = rnd(16, 8, 3, 3, scale=0.3), rnd(16, 16, 1, 1, scale=0.3)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4),
+             helper.make_node("Conv", ["a", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = gpubackend.Session(model, path="gles3", fallback=False)
+    try:
+        text = sess.explain()
+    finally:
+        sess.close()
+    if size == 8:
+        assert "variant: conv_blend x2 (weights in flat varyings, 3 output x 2 input slices" in text, text
+    else:  # 2x2 outputs: below conv_blend's pixel floor, so the one-pass kernels run and say why
+        assert "variant: conv x1 (first reason conv_blend: 4 output pixels" in text, text
+        assert "variant: conv1x1 x1" in text, text

@@ -90,11 +90,36 @@ class Gles3Path(Path):
         """The short name of the kernel this path object (its context's limits) uses for ``node``."""
         return _kernel_name(node, graph, self.limits)
 
+    def _variant_notes(self, nodes: list[Node], graph: Graph, payloads: list) -> list[str]:
+        """For explain(): which kernel runs the Conv, Gemm and MatMul nodes, and why conv_blend
+        does not where it is on (the first reason of each kernel)."""
+        from .conv_blend import blocking, declines
+
+        counts: dict[str, int] = {}
+        why: dict[str, str] = {}
+        for node, k in zip(nodes, payloads):
+            if node.op_type not in ("Conv", "Gemm", "MatMul"):
+                continue
+            name = (k[0] if isinstance(k, list) else k).name
+            counts[name] = counts.get(name, 0) + 1
+            if name != "conv_blend" and self.limits.conv_blend and name not in why:
+                why[name] = "conv_blend: " + ("disabled" if "conv_blend" in self.disabled_kernels
+                                              else declines(node, graph, self.limits) or "declined")
+        if not counts:
+            return []
+        t_j = blocking(self.limits)
+        blend = (f"weights in flat varyings, {t_j[0]} output x {t_j[1]} input slices per draw, on for llvmpipe"
+                 if isinstance(t_j, tuple) else "")
+        return [f"variant: {name} x{n}" + (f" ({blend})" if name == "conv_blend" else
+                                            f" (first reason {why[name]})" if name in why else "")
+                for name, n in sorted(counts.items())]
+
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
         steps = []
         seg_node_of: dict[str, str] = {}  # step name -> the graph node it belongs to (per-node times)
-        for node, k in zip(nodes, self.kernels.payloads(nodes, graph, self.key)):
+        payloads = self.kernels.payloads(nodes, graph, self.key)
+        for node, k in zip(nodes, payloads):
             if isinstance(k, list):  # each kernel a step of its own: one per output (Split), or
                 # passes of one node, an earlier one writing a tensor a later one reads (Kernel.writes)
                 named = iter(o for o in node.outputs if o)
@@ -117,6 +142,7 @@ class Gles3Path(Path):
         if self.dtype == "f2":
             seg.notes = [mixed_precision.describe(nodes, graph, {n: fp32[n] for n in seg.storage_dtype
                                                                  if seg.storage_dtype[n] == "f4" and n in fp32})]
+        seg.notes = [*getattr(seg, "notes", []), *self._variant_notes(nodes, graph, payloads)]
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
         seg.node_of = seg_node_of
         if self.poison:
