@@ -673,11 +673,12 @@ _CHANNEL_CASES = {
 }
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("precision,varyings", [("fp32", True), ("fp32", False), ("fp16", True)])
 @pytest.mark.parametrize("case", list(_CHANNEL_CASES))
-def test_conv_with_channel_draws_matches_fallback(case, precision):
+def test_conv_with_channel_draws_matches_fallback(case, precision, varyings):
     """The per-channel variant (forced at any size) against fallback, with Inf and NaN inputs
-    (each placed where the reference puts it)."""
+    (each placed where the reference puts it); its weights in varyings (fp32 where they fit, on
+    for llvmpipe) or in the uniform array."""
     from gpubackend.paths import gles2
 
     xs, ws, attrs = _CHANNEL_CASES[case]
@@ -689,9 +690,13 @@ def test_conv_with_channel_draws_matches_fallback(case, precision):
     want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
     path = gles2.create(precision, channel_draw_min_pixels=0)
     path.poison = True
+    if not path.runtime.channel_varyings:
+        pytest.fail("channel_varyings is off on this llvmpipe context")
+    path.runtime.channel_varyings = varyings
     got, stats, k = single("Conv", {"x": x}, consts, attrs, precision=precision, out_shape=tuple(want.shape),
                            path=path)
     assert k.channel_uniforms is not None and stats.dispatches == xs[0] * ws[0]
+    assert bool(k.vertex) == (varyings and precision == "fp32")  # fp16 packs two elements: uniforms
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)

@@ -61,7 +61,9 @@ class Runtime:
         self.max_size = int(info.get("GL_MAX_TEXTURE_SIZE", 2048) or 2048)
         self.max_units = int(info.get("GL_MAX_TEXTURE_IMAGE_UNITS", 8) or 8)
         self.max_uniform_vectors = int(info.get("GL_MAX_FRAGMENT_UNIFORM_VECTORS", 16) or 16)
-        self.vertex = shaders.read("gles2/quad.vert")
+        self.max_varying_vectors = int(info.get("GL_MAX_VARYING_VECTORS", 8) or 8)
+        self.channel_varyings = "llvmpipe" in str(info.get("GL_RENDERER", "")).lower()
+        self.vertex = shaders.source("gles2/quad.vert", "100")
         # The quad and the VAOs (one per cached program) live as long as the context, like the
         # programs, when the device keeps per-context state (a GLDevice does).
         shared = getattr(device, "state", None)
@@ -74,10 +76,11 @@ class Runtime:
         self.vbo, self._vaos = quad
 
     def config(self, precision: str, channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS) -> Config:
-        return Config(precision, self.max_size, self.max_units, self.max_uniform_vectors, channel_draw_min_pixels)
+        return Config(precision, self.max_size, self.max_units, self.max_uniform_vectors, channel_draw_min_pixels,
+                      channel_varyings=self.channel_varyings, max_varying_vectors=self.max_varying_vectors)
 
     def program(self, kernel: Kernel) -> tuple[Any, Any]:
-        prog = self.dev.program(self.vertex, kernel.fragment)
+        prog = self.dev.program(kernel.vertex or self.vertex, kernel.fragment)
         if id(prog) not in self._vaos:
             # Safe to set once on a shared program: sampler ti is unit i for every kernel with this
             # source (each step binds its i-th input to unit i at its draw); nothing per node here.
@@ -236,7 +239,7 @@ class Gles2Segment(Segment):
         for unit, tex in enumerate(step.inputs):
             tex.use(location=unit)
         if step.bands:
-            weights = step.prog["u_w"]
+            weights = step.prog["u_wv" if step.kernel.vertex else "u_w"]
             full = step.fbo.viewport  # the framebuffer keeps it: put back for its next user
             try:
                 for viewport, data in step.bands:

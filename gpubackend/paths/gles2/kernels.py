@@ -58,6 +58,12 @@ class Config:
     # and uniform upload costs about as much as a few thousand multiply-adds).
     channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS
     channel_draw_min_macs: int = CHANNEL_DRAW_MIN_MACS
+    # channel draws (fp32) with the weights in varyings instead of the uniform array, where
+    # the weights and the bias fit GL_MAX_VARYING_VECTORS: llvmpipe loads a uniform lane by lane
+    # in a fragment shader (~24 instructions per weight) and hands over a varying whose value is
+    # the same at every vertex as a cheap interpolation. On for llvmpipe, where it was measured.
+    channel_varyings: bool = False
+    max_varying_vectors: int = 8
 
     @property
     def pack(self) -> int:
@@ -95,6 +101,9 @@ class Kernel(KernelRecord):
     # drawn once per (n, c) over that channel's rows of the output (layout rows k == 1), with
     # u_w set to row c before each draw.
     channel_uniforms: np.ndarray | None = None
+    # the vertex shader, where it is not the plain quad: weights in varyings (Config.channel_varyings),
+    # its uniform ``u_wv`` (vec4s) set to row c of channel_uniforms before each draw
+    vertex: str = ""
     output: str = ""  # the node output this draw writes ("": the first; Split draws once per output)
     out_pack: int = 1  # elements per texel of the output texture (Config.pack_of of the output)
     # a tensor whose texture already holds this kernel's output (DequantizeLinear(x, 1, 0): the
@@ -324,6 +333,9 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
     taps = k[0] * k[1]
     per_channel = None if dynamic or nd != 2 or qscale is not None else channel_weights(
         W, graph.constants[b] if b else None, cfg, ys, cfg.pack_of(node.outputs[0], graph))
+    # weights in varyings: a channel draw of fp32 tensors whose weights and bias fit them
+    varyings = per_channel is not None and cfg.channel_varyings and cfg.pack == 1 \
+        and -(-per_channel.shape[1] // 4) <= cfg.max_varying_vectors - 1
     q8: _Q8Rows | None = None
     if qscale is not None:  # one row per output channel: bias (and scale), then int8 weights per tap
         bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
@@ -337,6 +349,8 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
 
         def wexpr(kh: int, kw: int, ci: str) -> str:
             return f"{lw}(c, {ci}, {lit(kh)}, {lit(kw)})"
+    elif varyings:  # v_w of channel c: tap t's input channels, then the bias, four to a vector
+        bias_expr = _varying_weight(per_channel.shape[1] - 1)
     elif per_channel is not None:  # u_w of channel c: tap t's input channels, then the bias
         bias_expr = f"u_w[{per_channel.shape[1] - 1}]"
     else:
@@ -396,7 +410,14 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
         tap_list, loops = [], cing // 4 + 1
     elif q8 is not None:
         loops = taps * (cing // 4 + 1)
-    if per_channel is not None and taps > 1 and cing > 1 and CHANNEL_TAPS_INNER:
+    if varyings:  # written out: every weight index a constant (a varying array needs one)
+        for t, (kh, kw) in enumerate(tap_list):
+            terms = " ".join(f"acc += {ld_x}(n, cb + {lit(ci)}, ih{kh}, iw{kw}) * {_varying_weight(t * cing + ci)};"
+                             for ci in range(cing))
+            cond = in_bounds(kh, kw)
+            lines.append(f"    if ({' && '.join(cond)}) {{ {terms} }}" if cond else f"    {terms}")
+        tap_list = []
+    elif per_channel is not None and taps > 1 and cing > 1 and CHANNEL_TAPS_INNER:
         # one loop over the input channels with every tap inside: as many texture reads in the
         # source (compile time) as one loop per tap, a ninth of the loop steps for a 3x3
         terms = []
@@ -442,12 +463,25 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
             f"    vec2 acc = vec2({bias_expr});",
             f"    {body}",
             "    return vec2(activate(acc.x), activate(acc.y));", "}"])
-    if per_channel is not None:
+    vertex = ""
+    if varyings:
+        nv = -(-per_channel.shape[1] // 4)
+        lines.insert(0, f"varying vec4 v_w[{nv}];")
+        per_channel = np.pad(per_channel, ((0, 0), (0, 4 * nv - per_channel.shape[1])))
+        vertex = shaders.source("gles2/quad.vert", "100", {"WEIGHT_VARYINGS": nv})
+        loops = 0
+    elif per_channel is not None:
         lines.insert(0, f"uniform float u_w[{per_channel.shape[1]}];")
     kernel = g.finish(name, "\n".join(lines), ys if nd == 2 else graph.shape(node.outputs[0]), pair=pair,
                       loops=loops, pair_loops=cing + 1)
     kernel.channel_uniforms = per_channel
+    kernel.vertex = vertex
     return kernel
+
+
+def _varying_weight(k: int) -> str:
+    """Weight k of a channel draw's varyings (four to a vector)."""
+    return f"v_w[{k // 4}].{'xyzw'[k % 4]}"
 
 
 def channel_weights(w: np.ndarray, bias: np.ndarray | None, cfg: Config, out_shape: tuple[int, ...],
