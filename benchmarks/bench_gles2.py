@@ -2,6 +2,7 @@
 
     python benchmarks/bench_gles2.py [--repeats 5] [--models selfie,mobilenet,unet] [--json]
     python benchmarks/bench_gles2.py --session5-ab [--repeats 5] [--models selfie,mobilenet,unet,yolov8n]
+    python benchmarks/bench_gles2.py --varyings-ab [--repeats 6] [--models selfie,mobilenet,yolov8n]
 
 Reports medians of ``--repeats`` runs (the machine is noisy: compare ratios inside one run):
 * the FMA-only peak of a ``#version 100`` fragment shader on this driver, and per-kernel GFLOP/s
@@ -14,6 +15,9 @@ Reports medians of ``--repeats`` runs (the machine is noisy: compare ratios insi
 switched off ("before": weight textures below 1024 output pixels, the gather ConvTranspose, one
 input channel per loop step, one loop per tap) against the default, runs alternating; wall and
 process CPU milliseconds (CPU time counts llvmpipe's threads too and depends less on load).
+
+``--varyings-ab``: channel draws with their weights in the uniform array against varyings (the
+fourteenth session's ``Config.channel_varyings``), runs alternating in order round by round.
 """
 
 from __future__ import annotations
@@ -276,6 +280,45 @@ def session5_ab(which: list[str], repeats: int) -> dict[str, dict[str, Any]]:
     return results
 
 
+def varyings_ab(which: list[str], repeats: int) -> dict[str, dict[str, Any]]:
+    """Channel draws with their weights in the uniform array against varyings (``channel_varyings``,
+    the fourteenth session), every node of each model on gles2 (fp32), runs alternating in order
+    round by round (the one timed first in a round ran about 10% slower)."""
+    import models
+
+    from gpubackend.model import to_graph
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, proto in _models(which).items():
+        feeds = models.random_inputs(proto)
+        segs, outs, info = {}, {}, {}
+        for label in ("uniforms", "varyings"):
+            p = gles2.create("fp32")
+            p.runtime.channel_varyings = label == "varyings"  # read at the first generation
+            g = to_graph(proto)
+            t0 = time.perf_counter()
+            segs[label] = p.compile(g.nodes, g, list(g.inputs), list(g.outputs))
+            outs[label] = segs[label].run(feeds, RunStats())[g.outputs[0]]
+            info[f"{label} compile + first run s"] = round(time.perf_counter() - t0, 1)
+        ref = outs["uniforms"]
+        info["max |varyings - uniforms| / max(1, max |uniforms|)"] = float(
+            np.abs(outs["varyings"] - ref).max() / max(1.0, float(np.abs(ref).max())))
+        wall: dict[str, list[float]] = {k: [] for k in segs}
+        order = list(segs.items())
+        for i in range(repeats):
+            for label, seg in order if i % 2 else order[::-1]:
+                t0 = time.perf_counter()
+                seg.run(feeds, RunStats())
+                wall[label].append(time.perf_counter() - t0)
+        for label in segs:
+            info[f"{label} wall ms"] = round(statistics.median(wall[label]) * 1e3, 1)
+        info["speed-up"] = round(info["uniforms wall ms"] / info["varyings wall ms"], 2)
+        for seg in segs.values():
+            seg.close()
+        results[name] = info
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -283,10 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-kernels", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--session5-ab", action="store_true", help="the fifth session's kernels off vs on, per model")
+    ap.add_argument("--varyings-ab", action="store_true",
+                    help="channel-draw weights in uniforms vs varyings (fourteenth session), per model")
     args = ap.parse_args(argv)
     report: dict[str, Any] = {}
-    if args.session5_ab:
-        report["models"] = session5_ab([m for m in args.models.split(",") if m], args.repeats)
+    if args.session5_ab or args.varyings_ab:
+        ab = session5_ab if args.session5_ab else varyings_ab
+        report["models"] = ab([m for m in args.models.split(",") if m], args.repeats)
         args.no_kernels, args.models = True, ""
     p32, p16 = gles2.create("fp32"), gles2.create("fp16")
     if not args.no_kernels:
