@@ -18,9 +18,8 @@ broadcast per batch of fragments. There are few of them (GL_MAX_VARYING_VECTORS:
 The sum over the chunks runs in another order than the one-pixel kernel's (fp32 rounding).
 Taken for group-1 convolutions and constant-weight Gemm/MatMul with at least
 ``Limits.conv_blend_min_macs`` multiply-adds per output value and ``conv_blend_min_pixels``
-output pixels, where ``Limits.conv_blend`` is on
-(llvmpipe) and the context has float blending and the varyings; ``disabled_kernels={"conv_blend"}``
-gives the other kernels back."""
+output pixels, where ``Limits.conv_blend`` is on (llvmpipe) and the context has float blending
+and the varyings; ``disabled_kernels={"conv_blend"}`` gives the other kernels back."""
 
 from __future__ import annotations
 
@@ -28,10 +27,13 @@ import math
 
 import numpy as np
 
+from gpubackend import shaders
+
 from ... import ops
 from ...graph import Graph, Node
 from ...ops.elementwise import activation_defines
 from .kernels import (
+    GLSL_VERSION,
     REGISTRY,
     Kernel,
     Limits,
@@ -89,9 +91,11 @@ def declines(node: Node, graph: Graph, lim: Limits) -> str | None:
     return None
 
 
-def _kernels(name: str, x_name: str, x: TexLayout, out: TexLayout, w: np.ndarray, bias: np.ndarray | None,
+def _kernels(x_name: str, x: TexLayout, out: TexLayout, w: np.ndarray, bias: np.ndarray | None,
              strides: list[int], dil: list[int], pads: list[int], act: ops.Activation | None, rows: bool,
              out_name: str, lim: Limits) -> list[Kernel] | str:
+    """The two passes for weights ``w`` [Cout, Cin, KH, KW] over input ``x_name`` (``rows``: a
+    Gemm/MatMul, its rows the output pixels)."""
     tj = blocking(lim)
     if isinstance(tj, str):
         return tj
@@ -146,10 +150,6 @@ def _kernels(name: str, x_name: str, x: TexLayout, out: TexLayout, w: np.ndarray
                                   "BLEND_TERMS": " ".join(terms)}
     # every size baked in: a uniform read costs a fragment as much as a weight did
     src = _source("conv_blend.frag", acc, {"X": x}, False, defines, decls)
-    from gpubackend import shaders
-
-    from .kernels import GLSL_VERSION
-
     vs = shaders.source("gles3/conv_blend.vert", GLSL_VERSION,
                         {"NV": nv, "A_W": a_w, "A_H": a_h, "A_COLS": acc.cols, "A_G": acc.slots,
                          "A_TEX_W": acc.size[0], "A_TEX_H": acc.size[1]})
@@ -175,7 +175,7 @@ def conv_blend(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
     if isinstance(operands, str):
         return operands
     w, bias, _, rec, x, out = operands
-    return _kernels("conv_blend", node.inputs[0], x, out, w, bias, list(rec.strides), list(rec.dilations),
+    return _kernels(node.inputs[0], x, out, w, bias, list(rec.strides), list(rec.dilations),
                     list(rec.pads_begin), rec.act, False, node.outputs[0], lim)
 
 
@@ -190,8 +190,7 @@ def gemm_blend(node: Node, graph: Graph, lim: Limits) -> list[Kernel] | str:
     x, out = layout_of(_shape(graph, a_name), lim), layout_of(ys, lim)
     if isinstance(x, str) or isinstance(out, str):
         return x if isinstance(x, str) else str(out)
-    return _kernels("conv_blend", a_name, x, out, w, c, [1, 1], [1, 1], [0, 0], rec.act, True,
-                    node.outputs[0], lim)
+    return _kernels(a_name, x, out, w, c, [1, 1], [1, 1], [0, 0], rec.act, True, node.outputs[0], lim)
 
 
 # before every other float kernel of these ops (after the int8-weight ones, quant.register)
