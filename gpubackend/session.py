@@ -394,9 +394,7 @@ class Session:
                 if isinstance(kernels, KernelCache) and self._report is not None:
                     kernels.tuning = tuning.load(key, self._report.fingerprint, self._tuning_trial)
             if key != "cpu" and self.options.kernel_check:
-                # a path whose kernel depends on its context names it itself (gles3's conv_blend)
-                names = getattr(path, "kernel_name_for", None) or path_module(key).kernel_name
-                path = kernel_check.CheckedPath(path, names, self._reference_path,
+                path = kernel_check.CheckedPath(path, path.kernel_name_for, self._reference_path,
                                                 kernel_check.VerdictStore.for_this_driver())
             self._paths[key] = path
         return self._paths[key]

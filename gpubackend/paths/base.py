@@ -100,5 +100,13 @@ class Path(ABC):
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         """Compile accepted, consecutive nodes into a segment."""
 
+    def kernel_name_for(self, node: Node, graph: Graph) -> str | None:
+        """The short name of the kernel this path object runs ``node`` with (None: none), which the
+        first-run kernel check files its verdict under: the path module's ``kernel_name``, unless a
+        path's choice depends on its context's limits (gles3's conv_blend) and it says so itself."""
+        from . import path_module
+
+        return path_module(self.key).kernel_name(node, graph)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the path holds. Safe to call twice."""

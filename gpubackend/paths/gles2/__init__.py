@@ -17,7 +17,7 @@ import numpy as np
 from capability_probe.errors import DriverUnavailable
 from gpubackend import shaders
 
-from ... import mixed_precision
+from ... import mixed_precision, tuning
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
@@ -62,7 +62,7 @@ class Runtime:
         self.max_units = int(info.get("GL_MAX_TEXTURE_IMAGE_UNITS", 8) or 8)
         self.max_uniform_vectors = int(info.get("GL_MAX_FRAGMENT_UNIFORM_VECTORS", 16) or 16)
         self.max_varying_vectors = int(info.get("GL_MAX_VARYING_VECTORS", 8) or 8)
-        self.channel_varyings = "llvmpipe" in str(info.get("GL_RENDERER", "")).lower()
+        self.channel_varyings = tuning.device_class({"renderer": info.get("GL_RENDERER", "")}) == "llvmpipe"
         self.vertex = shaders.source("gles2/quad.vert", "100")
         # The quad and the VAOs (one per cached program) live as long as the context, like the
         # programs, when the device keeps per-context state (a GLDevice does).

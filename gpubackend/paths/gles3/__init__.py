@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import mixed_precision
+from ... import mixed_precision, tuning
 from ...graph import Graph, Node
 from .. import fp16_compute
 from ..base import Path, Segment
@@ -38,7 +38,7 @@ def _limits(ctx, targets: int, baked: bool, fp16: bool = False) -> Limits:
                   targets=targets, baked=baked, fp16=fp16,
                   float_blend="GL_EXT_float_blend" in ctx.extensions,
                   max_varying_vectors=get("GL_MAX_VARYING_VECTORS", 15),
-                  conv_blend="llvmpipe" in str(info.get("GL_RENDERER", "")).lower())
+                  conv_blend=tuning.device_class({"renderer": info.get("GL_RENDERER", "")}) == "llvmpipe")
 
 
 class Gles3Path(Path):
@@ -87,8 +87,7 @@ class Gles3Path(Path):
         return self.kernels.decline(node, graph)
 
     def kernel_name_for(self, node: Node, graph: Graph) -> str | None:
-        """The short name of the kernel this path object (its context's limits) uses for ``node``."""
-        return _kernel_name(node, graph, self.limits)
+        return _kernel_name(node, graph, self.limits)  # with this context's limits (conv_blend)
 
     def _variant_notes(self, nodes: list[Node], graph: Graph, payloads: list) -> list[str]:
         """For explain(): which kernel runs the Conv, Gemm and MatMul nodes, and why conv_blend

@@ -9,6 +9,7 @@ shape constants, texture accessors and the unrolled inner steps) drawn over the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -470,7 +471,8 @@ def _conv_operands(node: Node, graph: Graph, what: str):
     return w, bias, ys, rec
 
 
-def conv_layouts(node: Node, graph: Graph, lim: Limits, declines=None):
+def conv_layouts(node: Node, graph: Graph, lim: Limits,
+                 declines: Callable[[Node, Graph, Limits], str | None] | None = None):
     """:func:`_conv_operands` of a 2-D Conv and its input and output layouts: (weights, bias,
     output shape, record, input layout, output layout), or the reason this path (or a kernel's
     ``declines(node, graph, lim)`` first) does not take it."""

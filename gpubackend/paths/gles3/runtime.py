@@ -292,9 +292,12 @@ class Gles3Segment(Segment):
         try:
             ctx.blend_func = moderngl.ONE, moderngl.ONE
             ctx.blend_equation = moderngl.FUNC_ADD
+            bound: tuple[int, ...] = ()
             for planes, chunk, chunk_info in k.accumulate:
-                for unit, plane in enumerate(planes):
-                    x.textures[plane].use(location=unit)
+                if planes != bound:  # consecutive chunks of one slot half share their planes
+                    for unit, plane in enumerate(planes):
+                        x.textures[plane].use(location=unit)
+                    bound = planes
                 c_uniform.value = chunk
                 info.value = chunk_info
                 self.dev.dispatched()
