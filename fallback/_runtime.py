@@ -30,6 +30,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -62,16 +63,33 @@ def get_blas_threads() -> int | None:
     return max((int(lib.num_threads) for lib in blas.lib_controllers), default=None)
 
 
+# the BLAS thread count a :func:`blas_threads` block set (None outside one: BLAS left alone)
+_blas_count: contextvars.ContextVar[int | None] = contextvars.ContextVar("fallback_blas_count", default=None)
+_blas_libs: list | None = None
+
+
 @contextlib.contextmanager
 def blas_threads(n: int | None) -> Iterator[None]:
     """Within the block NumPy's BLAS uses ``n`` threads; the previous count is restored on exit.
     ``None`` (or no threadpoolctl) leaves BLAS alone."""
+    global _blas_libs
     ctl = _threadpools() if n else None
     if ctl is None:
         yield
         return
-    with ctl.limit(limits=int(n), user_api="blas"):
-        yield
+    if _blas_libs is None:
+        _blas_libs = list(ctl.select(user_api="blas").lib_controllers)
+    token = _blas_count.set(int(n))
+    try:
+        with ctl.limit(limits=int(n), user_api="blas"):
+            yield
+    finally:
+        _blas_count.reset(token)
+
+
+def _set_blas(n: int) -> None:
+    for lib in _blas_libs or ():
+        lib.set_num_threads(n)
 
 
 _kernel_threads: contextvars.ContextVar[int] = contextvars.ContextVar("fallback_kernel_threads", default=1)
@@ -128,16 +146,50 @@ def _run_part(fn: Callable[[int, int], object], start: int, stop: int) -> None:
     fn(start, stop)
 
 
+# the FastestWay (one thread, or split) of each call site of ``parallel``: its function's code and
+# the size of the call
+_split_sites: dict[tuple, FastestWay] = {}
+_SPLIT_SITES_MAX = 4096
+
+
 def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> None:
     """``fn(start, stop)`` over ``range(count)`` cut into contiguous parts, one per kernel thread,
     the first on the calling thread. ``work``: element operations of the whole call; parts of
     fewer than ``MIN_PART_WORK`` are merged (a small call runs as ``fn(0, count)``). The parts run
     in copies of the caller's context (its ``np.errstate``), must write disjoint outputs and use
-    their own scratch buffers. The first exception of any part is raised after all parts end."""
+    their own scratch buffers, and compute each element as ``fn(0, count)`` would. The first
+    exception of any part is raised after all parts end.
+
+    Handing a part to a pool thread costs its wake-up (tens of microseconds, more when the cores
+    are busy), and the woken thread's part runs slower at first, so a split of a millisecond's work
+    can be slower than one thread: inside a run whose BLAS uses one thread (:func:`blas_threads`
+    (1)) each call site (``fn``'s code and the call's size) times both ways and keeps the faster
+    (:class:`FastestWay`); they agree bit for bit."""
     parts = min(_kernel_threads.get(), count, max(1, work // MIN_PART_WORK))
     if parts <= 1:
         fn(0, count)
         return
+    if _blas_count.get() != 1:
+        _split(fn, count, parts)
+        return
+    key = (getattr(fn, "__code__", fn), count, work)
+    site = _split_sites.get(key)
+    if site is None:
+        if len(_split_sites) >= _SPLIT_SITES_MAX:
+            _split_sites.clear()
+        site = _split_sites.setdefault(key, FastestWay(2))
+    way = site.pick()
+    start = time.perf_counter()
+    if way == 0:
+        fn(0, count)
+    else:
+        _split(fn, count, parts)
+    site.record(way, time.perf_counter() - start)
+
+
+def _split(fn: Callable[[int, int], object], count: int, parts: int) -> None:
+    """``fn`` over ``range(count)`` in ``parts`` contiguous parts on the kernel-thread pool (see
+    :func:`parallel`)."""
     bounds = [count * i // parts for i in range(parts + 1)]
     pool = _executor()
     futures = [pool.submit(contextvars.copy_context().run, _run_part, fn, bounds[i], bounds[i + 1])
@@ -160,21 +212,101 @@ def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> Non
             f.result()
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+class FastestWay:
+    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's split, or its
+    GEMM) is fastest here and now, by timing them: each once, then the fastest, with another
+    re-timed after 8, 16, ... 256 calls (its fresh sample replacing its old time), so a change of
+    load is followed. The way in use keeps a running mean of its times and gives way only to one
+    at least 10% faster (timing noise would otherwise flip between two close ones)."""
+
+    __slots__ = ("seconds", "current", "calls", "recheck", "turn")
+    RECHECK_FIRST, RECHECK_MAX, MARGIN = 8, 256, 0.9
+
+    def __init__(self, ways: int) -> None:
+        self.seconds: list[float | None] = [None] * ways
+        self.current: int | None = None  # the way in use once every way has a time
+        self.calls = 0
+        self.recheck = self.RECHECK_FIRST
+        self.turn = 0  # which of the others the next re-timing takes
+
+    def pick(self) -> int:
+        if self.current is None:
+            return self.seconds.index(None)
+        self.calls += 1
+        if self.calls < self.recheck:
+            return self.current
+        self.calls = 0
+        self.recheck = min(2 * self.recheck, self.RECHECK_MAX)
+        others = [w for w in range(len(self.seconds)) if w != self.current]
+        self.turn = (self.turn + 1) % len(others)
+        return others[self.turn]
+
+    def record(self, way: int, seconds: float) -> None:
+        old = self.seconds[way]
+        self.seconds[way] = 0.75 * old + 0.25 * seconds if way == self.current and old is not None else seconds
+        if None in self.seconds:
+            return
+        times: list[float] = self.seconds  # type: ignore[assignment]
+        fastest = min(range(len(times)), key=times.__getitem__)
+        if self.current is None:
+            self.current = fastest
+        elif fastest != self.current and times[fastest] < self.MARGIN * times[self.current]:
+            self.current = fastest
+            self.calls, self.recheck = 0, self.RECHECK_FIRST  # re-time the others soon
+
+
+# the ways of a GEMM call site (``matmul``'s ``site``)
+GEMM_ONE_THREAD, GEMM_POOL, GEMM_BLAS_THREADS = 0, 1, 2
+
+
+def gemm_site() -> FastestWay:
+    """The :class:`FastestWay` of one GEMM call site, for :func:`matmul`."""
+    return FastestWay(3)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+           site: FastestWay | None = None) -> np.ndarray:
     """``np.matmul(a, b, out=out)`` for a (..., M, K) @ (..., K, N) GEMM, split over the kernel
-    threads along N (or along M when M is the larger), each part one BLAS call per matrix."""
+    threads along N (or along M when M is the larger), each part one BLAS call per matrix.
+
+    Given the call site's ``site`` (:func:`gemm_site`), inside a run that set one BLAS thread
+    (:func:`blas_threads` (1)), whichever of three ways it has timed fastest: one call on this
+    thread, that split over the kernel-thread pool, or one call with BLAS's own threads. Which wins
+    depends on the machine and its load. BLAS's threads spin between calls, so on idle cores they
+    start at once where a pool thread is woken (tens of microseconds on this VM, and its part then
+    runs slower than on the calling thread): on 2 idle vCPUs the GEMMs of YOLOv8n's 3x3 convs took
+    0.55-0.65x the pool split's time in BLAS's threads. On busy cores BLAS's threads are much
+    slower (each split waits for both to get a core: a whole YOLOv8n run 2.3x slower beside two
+    busy processes), where the pool split, whose parts not started yet run on the calling thread,
+    holds up. The ways differ only in rounding: the pool split and one thread agree bit for bit;
+    BLAS's threads may sum some blocks in another order (differences of an ulp)."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if _kernel_threads.get() <= 1 or m * n * k < 2 * MIN_PART_WORK:
+    threads = _kernel_threads.get()
+    if threads <= 1 or m * n * k < 2 * MIN_PART_WORK:
         if out is None and m * n >= 1 << 16:
             out = empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
         return np.matmul(a, b, out=out)
     if out is None:
         out = empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
-    work = out.size * k
-    if n >= m:
-        parallel(lambda i, j: np.matmul(a, b[..., i:j], out=out[..., i:j]), n, work)
+    timed = site is not None and _blas_count.get() == 1 and bool(_blas_libs)
+    way = site.pick() if timed else GEMM_POOL  # type: ignore[union-attr]
+    start = time.perf_counter()
+    if way == GEMM_ONE_THREAD:
+        np.matmul(a, b, out=out)
+    elif way == GEMM_BLAS_THREADS:
+        _set_blas(threads)
+        try:
+            np.matmul(a, b, out=out)
+        finally:
+            _set_blas(1)
     else:
-        parallel(lambda i, j: np.matmul(a[..., i:j, :], b, out=out[..., i:j, :]), m, work)
+        parts = min(threads, max(n, m), max(1, out.size * k // MIN_PART_WORK))  # >= 2 here
+        if n >= m:
+            _split(lambda i, j: np.matmul(a, b[..., i:j], out=out[..., i:j]), n, parts)
+        else:
+            _split(lambda i, j: np.matmul(a[..., i:j, :], b, out=out[..., i:j, :]), m, parts)
+    if timed:
+        site.record(way, time.perf_counter() - start)  # type: ignore[union-attr]
     return out
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import NODE_KERNELS, RUN_TIME, Kernel, fail, half_via_float32, iattr, need, opt, register
-from ._runtime import current_threads, empty, matmul, parallel, zeros
+from ._runtime import current_threads, empty, gemm_site, matmul, parallel, zeros
 from ._spatial import drop_columns, geometry, pad_spatial, phase_plan, phase_planes, tap_slices, transpose_geometry
 from .elementwise import Activation, activation_function, apply_activation, then
 
@@ -225,23 +225,24 @@ def _tap_grids(offsets: tuple[tuple[int, int, int], ...], kernel: tuple[int, int
     return tuple(grids), perm_a
 
 
+def _windows(xp: np.ndarray, kernel: list[int], out: list[int], strides: list[int], dil: list[int]) -> np.ndarray:
+    """The (N, C, *kernel, *out) strided window view of the padded input ``xp`` (read-only)."""
+    nsp = len(kernel)
+    sp = xp.strides[2:]
+    return as_strided(
+        xp,
+        shape=(*xp.shape[:2], *kernel, *out),
+        strides=(*xp.strides[:2], *(sp[i] * dil[i] for i in range(nsp)), *(sp[i] * strides[i] for i in range(nsp))),
+        writeable=False,
+    )
+
+
 def _im2col(xp: np.ndarray, group: int, kernel: list[int], out: list[int], strides: list[int],
             dil: list[int]) -> np.ndarray:
     """(N, group, Cg * prod(kernel), prod(out)) column matrix of the padded input: one copy out of a
     strided window view."""
     n, c = xp.shape[:2]
-    nsp = len(kernel)
-    sn, sc = xp.strides[:2]
-    sp = xp.strides[2:]
-    view = as_strided(
-        xp,
-        shape=(n, c, *kernel, *out),
-        strides=(sn, sc, *(sp[i] * dil[i] for i in range(nsp)), *(sp[i] * strides[i] for i in range(nsp))),
-        writeable=False,
-    )
-    k = math.prod(kernel)
-    o = math.prod(out)
-    return view.reshape(n, group, (c // group) * k, o)
+    return _windows(xp, kernel, out, strides, dil).reshape(n, group, (c // group) * math.prod(kernel), math.prod(out))
 
 
 # im2col matrices above this size are built and multiplied a band of output rows at a time: the
@@ -273,6 +274,50 @@ def _conv_im2col(xp: np.ndarray, wg: np.ndarray, group: int, kernel: list[int], 
 
     parallel(bands, n * nbands, y.size * wg.shape[-1])
     return y
+
+
+# im2col of the whole output and one GEMM (``_conv_full_cols_plan``) where the column matrix is at
+# most this size and the convolution is strided or has 32+ input channels. Measured per conv (2
+# kernel threads, interleaved in one process, quiet machine), against the algorithm chosen before:
+# YOLOv8n's 3x3 convs 0.59-0.90 of the time with the GEMM split over the pool (64->64 at 20x20
+# 0.73, at 40x40 0.83; 128->128 at 10x10 0.59; its stride-2 convs 0.70-0.90) and 0.37-0.74 with
+# BLAS's own threads (see ``_runtime.matmul``); the banded kernels stay faster on larger column
+# matrices (U-Net-like 8->8 at 256x256, 18 MB: 1.46) and with 8-16 input channels at stride 1
+# (16->16 at 80x80 1.24, 8->16 at 128x128 1.17).
+_FULL_COLS_BYTES = 4 << 20
+_FULL_COLS_MIN_CHANNELS = 32
+
+
+def _full_cols_pays(c: int, strides: list[int], cols_bytes: int) -> bool:
+    """Whether an ungrouped 2-D convolution runs as one GEMM on the whole column matrix (above)."""
+    return cols_bytes <= _FULL_COLS_BYTES and (c >= _FULL_COLS_MIN_CHANNELS or any(s > 1 for s in strides))
+
+
+def _conv_full_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.ndarray | None,
+                         pb: list[int], pe: list[int], out: list[int], strides: list[int],
+                         dil: list[int]) -> ConvRun:
+    """Ungrouped convolution as im2col of the whole output (one copy of a window view per image)
+    and one GEMM per image, the bias ``b`` (M,) or None inside it (``_with_bias_column``); the GEMM
+    threads as its call site has timed fastest (``_runtime.matmul``)."""
+    n, c = x_shape[:2]
+    m = w.shape[0]
+    kernel = list(w.shape[2:])
+    depth_w = c * math.prod(kernel)
+    pixels = math.prod(out)
+    wb, depth = _with_bias_column(w.reshape(m, depth_w), b)
+    site = gemm_site()
+
+    def run(x: np.ndarray) -> np.ndarray:
+        win = _windows(pad_spatial(x, pb, pe), kernel, out, strides, dil)
+        y = empty((n, m, pixels), dtype)
+        rows = empty((depth, pixels), dtype)
+        rows[depth_w:] = 1  # the bias row (when there is one)
+        for i in range(n):
+            rows[:depth_w].reshape(c, *kernel, *out)[...] = win[i]
+            matmul(wb, rows, out=y[i], site=site)
+        return y
+
+    return run
 
 
 # shifted-GEMM convolution: column bands of about this many bytes of input + output planes, and the
@@ -498,12 +543,13 @@ def _pointwise_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, out: li
     cut = None
     if any(s != 1 for s in strides):
         cut = (slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
+    site = gemm_site()
     if group == 1:
         wg = wg[0]
         if n == 1 and cut is None:
-            return lambda x: matmul(wg, x.reshape(c, -1))
+            return lambda x: matmul(wg, x.reshape(c, -1), site=site)
     shape = (n, c, -1) if group == 1 else (n, group, c // group, -1)
-    return lambda x: matmul(wg, (x if cut is None else x[cut]).reshape(shape))
+    return lambda x: matmul(wg, (x if cut is None else x[cut]).reshape(shape), site=site)
 
 
 # ...up to this many output elements: measured (1-thread, interleaved, min times under load) 24->144 at
@@ -520,13 +566,14 @@ def _pointwise_bias_plan(x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray)
     deeper GEMM cost less than the pass over the larger output that adds the bias."""
     c = x_shape[1]
     wb, depth = _with_bias_column(w.reshape(w.shape[0], c), b)
+    site = gemm_site()
 
     def run(x: np.ndarray) -> np.ndarray:
         flat = x.reshape(c, -1)
         rows = empty((depth, flat.shape[1]), x.dtype)
         rows[:c] = flat
         rows[c:] = 1
-        return matmul(wb, rows)
+        return matmul(wb, rows, site=site)
 
     return run
 
@@ -578,6 +625,11 @@ def conv_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, b: np.nd
             bias = None
         else:
             body = _pointwise_plan(x_shape, w, group, g.out, g.strides)
+    elif group == 1 and nsp == 2 and _full_cols_pays(c, g.strides, c * math.prod(kernel) * math.prod(g.out)
+                                                     * dtype.itemsize):
+        body = _conv_full_cols_plan(x_shape, dtype, w, _flat_bias(bias), g.pad_begin, g.pad_end, g.out, g.strides,
+                                    g.dilations)
+        bias = None
     elif (group == 1 and nsp == 2 and _winograd_pays(c, m, kernel, g.strides, g.dilations, g.out)
           and np.isfinite(w).all()):
         body = _conv_winograd_plan(x_shape, dtype, w, g.pad_begin, g.out,

@@ -139,9 +139,15 @@ def test_conv_shapes(shape, kernel, stride, pads, group):
 
 @pytest.mark.parametrize("c,m", [(16, 24), (12, 5), (40, 48)])  # phase-plane im2col, shifted GEMMs, shifted
 @pytest.mark.parametrize("stride,dil", [(1, 1), (2, 1), (1, 2)])
-def test_conv_3x3_with_8_or_more_channels(c, m, stride, dil):
-    """Both algorithms of ungrouped 3x3 convolutions with 8+ input channels (see
-    ``fallback.conv._shifted_gemm_pays``) against onnxruntime, with asymmetric pads and batch 2."""
+@pytest.mark.parametrize("full_cols", [False, True], ids=["banded", "full-cols"])
+def test_conv_3x3_with_8_or_more_channels(c, m, stride, dil, full_cols, monkeypatch):
+    """The algorithms of ungrouped 3x3 convolutions with 8+ input channels (see
+    ``fallback.conv._shifted_gemm_pays``; with ``full_cols`` every case as one GEMM on the whole
+    column matrix, ``_full_cols_pays``) against onnxruntime, with asymmetric pads and batch 2."""
+    from gpubackend.fallback import conv
+
+    monkeypatch.setattr(conv, "_FULL_COLS_BYTES", 1 << 30 if full_cols else 0)
+    monkeypatch.setattr(conv, "_FULL_COLS_MIN_CHANNELS", 1)
     x = rand(2, c, 13, 11, seed=9)
     check("Conv", [x, rand(m, c, 3, 3, seed=10), rand(m, seed=11)],
           dict(kernel_shape=[3, 3], strides=[stride] * 2, dilations=[dil] * 2, pads=[1, 2, 0, 1]))
@@ -167,6 +173,7 @@ def test_conv_3x3_winograd(pads, bands, monkeypatch):
     from gpubackend.fallback import _runtime, conv, kernel_threads
 
     monkeypatch.setattr(conv, "_WINOGRAD_MIN_WORK", 0)
+    monkeypatch.setattr(conv, "_FULL_COLS_BYTES", 0)
     if bands:
         monkeypatch.setattr(conv, "_WINOGRAD_BAND_BYTES", 1)
         monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1 << 10)
@@ -182,6 +189,7 @@ def test_conv_3x3_winograd_keeps_ieee_infinities(monkeypatch):
     from gpubackend.fallback import conv
 
     monkeypatch.setattr(conv, "_WINOGRAD_MIN_WORK", 0)
+    monkeypatch.setattr(conv, "_FULL_COLS_BYTES", 0)
     x = rand(1, 32, 8, 8, seed=15, lo=-1)
     x[0, 3, 0, 0] = np.inf
     x[0, 5, 4, 5] = -np.inf

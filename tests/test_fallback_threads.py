@@ -27,6 +27,8 @@ CONV_CASES = {
     "pointwise_strided_grouped": ((1, 16, 30, 30), (8, 8, 1, 1), dict(group=2, strides=[2, 2])),
     "shifted_gemm": ((2, 12, 70, 66), (10, 12, 3, 3), dict(pads=[1, 2, 1, 0], dilations=[2, 1])),
     "phase_columns_stem": ((1, 3, 96, 90), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "full_columns_stem": ((1, 3, 96, 90), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "full_columns_32_to_40": ((2, 32, 20, 18), (40, 32, 3, 3), dict(pads=[1, 0, 1, 2], dilations=[1, 2])),
     "phase_columns_16_to_24": ((2, 16, 60, 52), (24, 16, 3, 3), dict(pads=[1, 2, 0, 1], dilations=[1, 2])),
     "im2col_bands_grouped": ((1, 8, 150, 150), (8, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
     "im2col_rank3": ((2, 6, 500), (4, 6, 5), dict(pads=[2, 2])),
@@ -51,6 +53,10 @@ def _run_both(op: str, inputs: list, attrs: dict) -> tuple[np.ndarray, np.ndarra
 @pytest.mark.parametrize("act", [None, ("Clip", {"min": 0.0, "max": 6.0}), ("HardSwish", {})])
 def test_conv_threads_match_one_thread(case: str, act: tuple | None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)  # split even the small test shapes
+    if not case.startswith("full_columns"):
+        from gpubackend.fallback import conv
+
+        monkeypatch.setattr(conv, "_FULL_COLS_BYTES", 0)
     xs, ws, attrs = CONV_CASES[case]
     rng = np.random.default_rng(7)
     x = rng.standard_normal(xs).astype(np.float32)
@@ -211,3 +217,76 @@ def test_parts_no_pool_thread_starts_run_on_the_caller(monkeypatch: pytest.Monke
         release.set()
         busy.shutdown()
     assert (seen == 1).all() and waited < 10
+
+
+def test_fastest_way_times_each_then_keeps_the_fastest_and_retimes_the_others() -> None:
+    way = _runtime.FastestWay(3)
+    times = {0: 3.0, 1: 1.0, 2: 2.0}
+    first = []
+    for _ in range(3):  # each way once, in order
+        w = way.pick()
+        first.append(w)
+        way.record(w, times[w])
+    assert first == [0, 1, 2] and way.current == 1
+    picks = []
+    for _ in range(60):
+        w = way.pick()
+        picks.append(w)
+        way.record(w, times[w])
+    others = [i for i, w in enumerate(picks) if w != 1]
+    assert others == [7, 23, 55] and {picks[i] for i in others} == {0, 2}  # after 8, 16, then 32 more calls
+    # a re-timed way now 20% faster takes over; one only 5% faster (timing noise) does not
+    way = _runtime.FastestWay(2)
+    for w, t in ((0, 1.0), (1, 1.3)):
+        way.record(w, t)
+    way.record(1, 0.96)
+    assert way.current == 0
+    way.record(1, 0.8)
+    assert way.current == 1
+
+
+@pytest.mark.parametrize("shape", [(64, 300, 200), (200, 300, 64)], ids=["split-columns", "split-rows"])
+def test_gemm_ways_agree_and_leave_blas_at_one_thread(shape: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each way of a GEMM call site (one thread, the pool split, BLAS's threads) gives the
+    one-thread product (the pool split bit for bit, BLAS's threads within rounding), NaN and Inf
+    where it puts them, and BLAS is back at the run's one thread after every call."""
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1 << 10)
+    m, k, n = shape
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    b[3, 7], b[10, 9] = np.nan, np.inf
+    one = np.matmul(a, b)
+    site = _runtime.gemm_site()
+    got = {}
+    with fallback.blas_threads(1), fallback.kernel_threads(2):
+        for _ in range(3):
+            way = site.seconds.index(None)
+            got[way] = _runtime.matmul(a, b, site=site).copy()
+            assert site.seconds[way] is not None
+            assert fallback.get_blas_threads() in (None, 1)
+    assert site.current in (0, 1, 2)
+    np.testing.assert_array_equal(got[_runtime.GEMM_ONE_THREAD], one)
+    np.testing.assert_array_equal(got[_runtime.GEMM_POOL], one)
+    _assert_same(got[_runtime.GEMM_BLAS_THREADS], one)
+
+
+def test_parallel_call_sites_time_one_thread_and_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a run (one BLAS thread) a call site of ``parallel`` runs once whole and once split,
+    then as the faster: every element exactly once each time."""
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    monkeypatch.setattr(_runtime, "_split_sites", {})
+    seen = np.zeros(40, dtype=np.int64)
+    calls: list[tuple[int, int]] = []
+
+    def part(a: int, b: int) -> None:
+        calls.append((a, b))
+        seen[a:b] += 1
+
+    with fallback.blas_threads(1), fallback.kernel_threads(2):
+        for _ in range(5):
+            _runtime.parallel(part, 40, work=10**6)
+    assert (seen == 5).all()
+    assert calls[0] == (0, 40) and sorted(calls[1:3]) == [(0, 20), (20, 40)]
+    (site,) = _runtime._split_sites.values()
+    assert site.current in (0, 1) and None not in site.seconds
