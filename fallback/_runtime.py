@@ -146,45 +146,17 @@ def _run_part(fn: Callable[[int, int], object], start: int, stop: int) -> None:
     fn(start, stop)
 
 
-# the FastestWay (one thread, or split) of each call site of ``parallel``: its function's code and
-# the size of the call
-_split_sites: dict[tuple, FastestWay] = {}
-_SPLIT_SITES_MAX = 4096
-
-
 def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> None:
     """``fn(start, stop)`` over ``range(count)`` cut into contiguous parts, one per kernel thread,
     the first on the calling thread. ``work``: element operations of the whole call; parts of
     fewer than ``MIN_PART_WORK`` are merged (a small call runs as ``fn(0, count)``). The parts run
     in copies of the caller's context (its ``np.errstate``), must write disjoint outputs and use
-    their own scratch buffers, and compute each element as ``fn(0, count)`` would. The first
-    exception of any part is raised after all parts end.
-
-    Handing a part to a pool thread costs its wake-up (tens of microseconds, more when the cores
-    are busy), and the woken thread's part runs slower at first, so a split of a millisecond's work
-    can be slower than one thread: inside a run whose BLAS uses one thread (:func:`blas_threads`
-    (1)) each call site (``fn``'s code and the call's size) times both ways and keeps the faster
-    (:class:`FastestWay`); they agree bit for bit."""
+    their own scratch buffers. The first exception of any part is raised after all parts end."""
     parts = min(_kernel_threads.get(), count, max(1, work // MIN_PART_WORK))
     if parts <= 1:
         fn(0, count)
         return
-    if _blas_count.get() != 1:
-        _split(fn, count, parts)
-        return
-    key = (getattr(fn, "__code__", fn), count, work)
-    site = _split_sites.get(key)
-    if site is None:
-        if len(_split_sites) >= _SPLIT_SITES_MAX:
-            _split_sites.clear()
-        site = _split_sites.setdefault(key, FastestWay(2))
-    way = site.pick()
-    start = time.perf_counter()
-    if way == 0:
-        fn(0, count)
-    else:
-        _split(fn, count, parts)
-    site.record(way, time.perf_counter() - start)
+    _split(fn, count, parts)
 
 
 def _split(fn: Callable[[int, int], object], count: int, parts: int) -> None:
@@ -213,33 +185,37 @@ def _split(fn: Callable[[int, int], object], count: int, parts: int) -> None:
 
 
 class FastestWay:
-    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's split, or its
-    GEMM) is fastest here and now, by timing them: each once, then the fastest, with another
-    re-timed after 8, 16, ... 256 calls (its fresh sample replacing its old time), so a change of
-    load is followed. The way in use keeps a running mean of its times and gives way only to one
-    at least 10% faster (timing noise would otherwise flip between two close ones)."""
+    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's GEMM) is
+    fastest here and now, by timing them: each once, then the fastest, re-timing the
+    others now and then so a change of load is followed. A way is first re-timed after 8 calls;
+    each time it loses again the wait grows by twice the factor it was slower (at least doubling,
+    at most 256 calls), so a way that is much slower under load (BLAS's threads beside busy
+    processes: 20-80x on a small GEMM) costs little. A re-timed way's fresh sample replaces its
+    old time; the way in use keeps a running mean and gives way only to one at least 10% faster
+    (timing noise would otherwise flip between two close ones)."""
 
-    __slots__ = ("seconds", "current", "calls", "recheck", "turn")
+    __slots__ = ("seconds", "current", "calls", "due", "gap")
     RECHECK_FIRST, RECHECK_MAX, MARGIN = 8, 256, 0.9
 
     def __init__(self, ways: int) -> None:
         self.seconds: list[float | None] = [None] * ways
         self.current: int | None = None  # the way in use once every way has a time
+        self._restart()
+
+    def _restart(self) -> None:
+        n = len(self.seconds)
         self.calls = 0
-        self.recheck = self.RECHECK_FIRST
-        self.turn = 0  # which of the others the next re-timing takes
+        self.gap = [self.RECHECK_FIRST] * n  # calls between re-timings of each way
+        self.due = [self.RECHECK_FIRST] * n  # the call count at which each way is re-timed
 
     def pick(self) -> int:
         if self.current is None:
             return self.seconds.index(None)
         self.calls += 1
-        if self.calls < self.recheck:
-            return self.current
-        self.calls = 0
-        self.recheck = min(2 * self.recheck, self.RECHECK_MAX)
-        others = [w for w in range(len(self.seconds)) if w != self.current]
-        self.turn = (self.turn + 1) % len(others)
-        return others[self.turn]
+        for way, due in enumerate(self.due):
+            if way != self.current and self.calls >= due:
+                return way
+        return self.current
 
     def record(self, way: int, seconds: float) -> None:
         old = self.seconds[way]
@@ -248,11 +224,13 @@ class FastestWay:
             return
         times: list[float] = self.seconds  # type: ignore[assignment]
         fastest = min(range(len(times)), key=times.__getitem__)
-        if self.current is None:
+        if self.current is None or (fastest != self.current and times[fastest] < self.MARGIN * times[self.current]):
             self.current = fastest
-        elif fastest != self.current and times[fastest] < self.MARGIN * times[self.current]:
-            self.current = fastest
-            self.calls, self.recheck = 0, self.RECHECK_FIRST  # re-time the others soon
+            self._restart()
+        elif way != self.current:  # re-timed, and still slower
+            slower = times[way] / max(times[self.current], 1e-12)
+            self.gap[way] = min(self.RECHECK_MAX, self.gap[way] * max(2, int(2 * slower)))
+            self.due[way] = self.calls + self.gap[way]
 
 
 # the ways of a GEMM call site (``matmul``'s ``site``)

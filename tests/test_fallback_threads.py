@@ -233,8 +233,8 @@ def test_fastest_way_times_each_then_keeps_the_fastest_and_retimes_the_others() 
         w = way.pick()
         picks.append(w)
         way.record(w, times[w])
-    others = [i for i, w in enumerate(picks) if w != 1]
-    assert others == [7, 23, 55] and {picks[i] for i in others} == {0, 2}  # after 8, 16, then 32 more calls
+    # each re-timed after 8 calls, then after 8 x 2 x (times slower) more: 2 after 32, 0 after 48
+    assert [(i + 1, w) for i, w in enumerate(picks) if w != 1] == [(8, 0), (9, 2), (41, 2), (56, 0)]
     # a re-timed way now 20% faster takes over; one only 5% faster (timing noise) does not
     way = _runtime.FastestWay(2)
     for w, t in ((0, 1.0), (1, 1.3)):
@@ -269,24 +269,3 @@ def test_gemm_ways_agree_and_leave_blas_at_one_thread(shape: tuple, monkeypatch:
     np.testing.assert_array_equal(got[_runtime.GEMM_ONE_THREAD], one)
     np.testing.assert_array_equal(got[_runtime.GEMM_POOL], one)
     _assert_same(got[_runtime.GEMM_BLAS_THREADS], one)
-
-
-def test_parallel_call_sites_time_one_thread_and_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inside a run (one BLAS thread) a call site of ``parallel`` runs once whole and once split,
-    then as the faster: every element exactly once each time."""
-    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
-    monkeypatch.setattr(_runtime, "_split_sites", {})
-    seen = np.zeros(40, dtype=np.int64)
-    calls: list[tuple[int, int]] = []
-
-    def part(a: int, b: int) -> None:
-        calls.append((a, b))
-        seen[a:b] += 1
-
-    with fallback.blas_threads(1), fallback.kernel_threads(2):
-        for _ in range(5):
-            _runtime.parallel(part, 40, work=10**6)
-    assert (seen == 5).all()
-    assert calls[0] == (0, 40) and sorted(calls[1:3]) == [(0, 20), (20, 40)]
-    (site,) = _runtime._split_sites.values()
-    assert site.current in (0, 1) and None not in site.seconds
