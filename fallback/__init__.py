@@ -26,11 +26,21 @@ import numpy as np
 
 from . import conv, elementwise, linalg, norm, pool, quant, resize, tensor  # noqa: F401  (registers kernels)
 from ._registry import DOMAIN_KERNELS, KERNELS, NODE_KERNELS, RUN_TIME, FallbackError
-from ._runtime import BufferPool, binary, blas_threads, get_blas_threads, kernel_threads, tune_malloc
+from ._runtime import (
+    BufferPool,
+    FastestWay,
+    allow_blas_threads,
+    binary,
+    blas_threads,
+    get_blas_threads,
+    kernel_threads,
+    tune_malloc,
+)
 from .conv import conv_node_kernel
 from .elementwise import apply_activation, silu, silu_kernel
 
-__all__ = ["KERNELS", "KERNEL_ERRORS", "RUN_TIME", "BufferPool", "FallbackError", "apply_activation", "binary",
+__all__ = ["KERNELS", "KERNEL_ERRORS", "RUN_TIME", "BufferPool", "FallbackError", "FastestWay", "allow_blas_threads",
+           "apply_activation", "binary",
            "blas_threads", "get_blas_threads", "kernel_for", "kernel_threads", "node_kernel",
            "node_kernel_then_silu", "run_node", "silu_kernel", "supported_ops", "tune_malloc"]
 

@@ -185,8 +185,8 @@ def _split(fn: Callable[[int, int], object], count: int, parts: int) -> None:
 
 
 class FastestWay:
-    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's GEMM) is
-    fastest here and now, by timing them: each once, then the fastest, re-timing the
+    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's GEMM, a
+    whole run of a CPU segment) is fastest here and now, by timing them: each once, then the fastest, re-timing the
     others now and then so a change of load is followed. A way is first re-timed after 8 calls;
     each time it loses again the wait grows by twice the factor it was slower (at least doubling,
     at most 256 calls), so a way that is much slower under load (BLAS's threads beside busy
@@ -235,6 +235,22 @@ class FastestWay:
 
 # the ways of a GEMM call site (``matmul``'s ``site``)
 GEMM_ONE_THREAD, GEMM_POOL, GEMM_BLAS_THREADS = 0, 1, 2
+_blas_threads_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("fallback_blas_threads_allowed",
+                                                                              default=True)
+
+
+@contextlib.contextmanager
+def allow_blas_threads(allowed: bool) -> Iterator[None]:
+    """Within the block a GEMM call site may (or may not) take BLAS's own threads (see
+    :func:`matmul`). BLAS's threads keep spinning for a while after each call, on a core the
+    kernel-thread pool's next parts (or another runtime's threads) may want, a cost no single
+    call site's timing sees; so the CPU path times whole runs with and without them
+    (:class:`FastestWay` per input shapes) and sets this per run."""
+    token = _blas_threads_allowed.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _blas_threads_allowed.reset(token)
 
 
 def gemm_site() -> FastestWay:
@@ -268,6 +284,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
         out = empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
     timed = site is not None and _blas_count.get() == 1 and bool(_blas_libs)
     way = site.pick() if timed else GEMM_POOL  # type: ignore[union-attr]
+    if way == GEMM_BLAS_THREADS and not _blas_threads_allowed.get():
+        way, timed = GEMM_POOL, False
     start = time.perf_counter()
     if way == GEMM_ONE_THREAD:
         np.matmul(a, b, out=out)

@@ -136,6 +136,7 @@ class NumpySegment(Segment):
         self._opset = graph.opset
         self._pools: list[fallback.BufferPool] = []  # idle ones; a run takes one (runs may overlap)
         self._pools_lock = threading.Lock()
+        self._run_ways: dict[tuple, fallback.FastestWay] = {}  # per input shapes: without, with BLAS threads
         keep = set(outputs) | set(inputs) | set(graph.outputs)
         producers = {o: n.op_type for n in nodes for o in n.outputs if o}
         readers = {name: len(users) for name, users in graph.consumers().items()}
@@ -198,7 +199,20 @@ class NumpySegment(Segment):
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         with self._pools_lock:
             pool = self._pools.pop() if self._pools else fallback.BufferPool()
-        result = self._run(feeds, stats, pool)
+        # runs with and without BLAS's own threads in the GEMMs, timed per input shapes (see
+        # fallback.allow_blas_threads); one BLAS thread set by the user's options is kept as it is
+        way = None
+        if self._blas_threads == 1 and self._threads != 1:
+            key = tuple((name, getattr(v, "shape", None), getattr(v, "dtype", None)) for name, v in feeds.items())
+            ways = self._run_ways.get(key)
+            if ways is None:
+                ways = self._run_ways.setdefault(key, fallback.FastestWay(2))
+            way = ways.pick()
+        start = time.perf_counter()
+        with fallback.allow_blas_threads(way != 0):
+            result = self._run(feeds, stats, pool)
+        if way is not None:
+            ways.record(way, time.perf_counter() - start)
         with self._pools_lock:  # not after a failure: a traceback may still hold its buffers
             self._pools.append(pool)
         return result
