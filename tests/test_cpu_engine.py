@@ -267,3 +267,32 @@ def test_numpy_plan_fuses_sigmoid_mul_into_one_step() -> None:
     (segment,) = sess._current.segments
     assert [step.node.op_type for step in segment._plan] == ["Conv", "Conv", "Sigmoid", "Add", "Sigmoid",
                                                                "Sigmoid", "Mul"]
+
+
+def test_numpy_runs_time_blas_threads_and_agree_either_way() -> None:
+    """A NumPy-engine segment with two kernel threads times its runs with and without BLAS's own
+    threads in the GEMMs (per input shapes); the outputs agree within rounding either way, and BLAS
+    is back at its previous thread count after each run."""
+    from gpubackend import fallback
+    from gpubackend.paths.cpu import NumpySegment
+
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((48, 32, 3, 3)) * 0.1).astype(np.float32)  # a full-columns 3x3 conv
+    b = rng.standard_normal(48).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 40, 40])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(cpu_engine="numpy",
+                                                                                  intra_op_num_threads=2))
+    x = rng.standard_normal((1, 32, 40, 40)).astype(np.float32)
+    before = fallback.get_blas_threads()
+    outs = [sess.run({"x": x})[0] for _ in range(4)]
+    assert fallback.get_blas_threads() == before
+    (seg,) = [s for s in sess._current.segments if isinstance(s, NumpySegment)]
+    (ways,) = seg._run_ways.values()
+    assert None not in ways.seconds and ways.current in (0, 1)
+    ref = fallback.run_node("Conv", [x, w, b], {"pads": [1, 1, 1, 1]}, 13)[0]
+    for got in outs:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
