@@ -10,7 +10,8 @@ onnxruntime. ``--threads N`` gives onnxruntime and both engines N threads; ``--c
 process CPU seconds instead of wall seconds: with ``--threads 1`` a comparison that a loaded machine
 disturbs far less than wall time (other processes' load does not count, cache contention still does).
 Runners are timed in rounds (a settle run, then ``--runs`` timed runs each, in turn) so
-drift on a busy machine hits all alike. Models: ``selfie`` (gpubackend/models), ``mobilenet`` and
+drift on a busy machine hits all alike, with a pause before each runner's turn so BLAS threads
+left spinning by the one before do not slow it. Models: ``selfie`` (gpubackend/models), ``mobilenet`` and
 ``unet`` (the test models of tests/models.py), and any zoo model name (fetched already, see
 ``gpubackend zoo fetch``); the default is the three plus three zoo models. With ``--ops`` it also
 prints the NumPy engine's mean milliseconds per op type from profiled runs (depthwise and per-kernel
@@ -44,6 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import gpubackend  # noqa: E402
 from gpubackend.paths.base import RunStats  # noqa: E402
 
+BLAS_IDLE_S = 0.3  # OpenBLAS's threads spin ~2^28 cycles (~0.13 s here) after their last call
 DEFAULT_MODELS = "selfie,mobilenet,unet,yolov8n_nudenet,mobilenetv3_orientation,ppocr_v4_det"
 
 
@@ -303,6 +305,9 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(args.blocks):
             for key, fn in runners.items():
+                # BLAS's threads (the NumPy engine may use them, see fallback.allow_blas_threads) spin
+                # for up to ~0.1 s after their last call, on the core the next runner's threads want
+                time.sleep(BLAS_IDLE_S)
                 fn()  # settle
                 for _ in range(args.runs):
                     t0 = clock()
