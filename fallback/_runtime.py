@@ -146,17 +146,44 @@ def _run_part(fn: Callable[[int, int], object], start: int, stop: int) -> None:
     fn(start, stop)
 
 
-def parallel(fn: Callable[[int, int], object], count: int, work: int = 0) -> None:
+def parallel(fn: Callable[[int, int], object], count: int, work: int = 0, site: FastestWay | None = None) -> None:
     """``fn(start, stop)`` over ``range(count)`` cut into contiguous parts, one per kernel thread,
     the first on the calling thread. ``work``: element operations of the whole call; parts of
     fewer than ``MIN_PART_WORK`` are merged (a small call runs as ``fn(0, count)``). The parts run
     in copies of the caller's context (its ``np.errstate``), must write disjoint outputs and use
-    their own scratch buffers. The first exception of any part is raised after all parts end."""
+    their own scratch buffers. The first exception of any part is raised after all parts end.
+
+    ``site`` (:func:`split_site`, one per call site), for parts that are mostly GEMMs: inside a run
+    that allows BLAS's threads (:func:`allow_blas_threads`) the site also times ``fn(0, count)`` on
+    this thread with BLAS's own threads in its GEMMs, and keeps the faster way (see :func:`matmul`
+    for why either can win)."""
     parts = min(_kernel_threads.get(), count, max(1, work // MIN_PART_WORK))
     if parts <= 1:
         fn(0, count)
         return
-    _split(fn, count, parts)
+    if site is None or _blas_count.get() != 1 or not _blas_libs or not _blas_threads_allowed.get():
+        _split(fn, count, parts)
+        return
+    way = site.pick()
+    start = time.perf_counter()
+    if way == SPLIT_BLAS_THREADS:
+        _set_blas(_kernel_threads.get())
+        try:
+            fn(0, count)
+        finally:
+            _set_blas(1)
+    else:
+        _split(fn, count, parts)
+    site.record(way, time.perf_counter() - start)
+
+
+# the ways of a ``parallel`` call site
+SPLIT_POOL, SPLIT_BLAS_THREADS = 0, 1
+
+
+def split_site() -> FastestWay:
+    """The :class:`FastestWay` of one call site of :func:`parallel` whose parts are mostly GEMMs."""
+    return FastestWay(2)
 
 
 def _split(fn: Callable[[int, int], object], count: int, parts: int) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import NODE_KERNELS, RUN_TIME, Kernel, fail, half_via_float32, iattr, need, opt, register
-from ._runtime import current_threads, empty, gemm_site, matmul, parallel, zeros
+from ._runtime import current_threads, empty, gemm_site, matmul, parallel, split_site, zeros
 from ._spatial import drop_columns, geometry, pad_spatial, phase_plan, phase_planes, tap_slices, transpose_geometry
 from .elementwise import Activation, activation_function, apply_activation, then
 
@@ -356,6 +356,8 @@ def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray,
     band = max(64, min(_SHIFT_BAND_BYTES // ((c + 2 * m) * isz), -(-n * length // current_threads())))
     nbands = -(-length // band)
 
+    site = split_site()  # its bands are mostly GEMMs
+
     def run(x: np.ndarray) -> np.ndarray:
         flat = phase_planes(x, pb, out, strides, dil, list(kernel))[0]
         y = empty((n, m, length), dtype)
@@ -376,7 +378,7 @@ def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray,
                         np.matmul(wt[t], src, out=tb)
                         yb += tb
 
-        parallel(bands, n * nbands, n * m * c * len(offsets) * length)
+        parallel(bands, n * nbands, n * m * c * len(offsets) * length, site)
         return drop_columns(y, out, wq, copy=False)
 
     return run
@@ -401,6 +403,8 @@ def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarr
     nbands = -(-length // band)
     sb, plane = len(phases_w), hq * wq
 
+    site = split_site()  # its bands are mostly GEMMs
+
     def run(x: np.ndarray) -> np.ndarray:
         flat = np.ascontiguousarray(phase_planes(x, pb, out, strides, dil, list(kernel))[0])
         y = empty((n, m, length), dtype)
@@ -421,7 +425,7 @@ def _conv_phase_cols_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarr
                     cc[:, t0:t0 + nr * nc].reshape(c, nr, nc, lb)[...] = view
                 np.matmul(wg, rows[:, :lb], out=y[b, :, l0:l0 + lb])
 
-        parallel(bands, n * nbands, n * m * c * ktaps * length)
+        parallel(bands, n * nbands, n * m * c * ktaps * length, site)
         return drop_columns(y, out, wq, copy=False)
 
     return run
@@ -476,6 +480,8 @@ def _conv_winograd_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray
                     -(-n * th // current_threads())))
     nbands = -(-th // tb)
 
+    site = split_site()  # its bands are mostly GEMMs
+
     def run(x: np.ndarray) -> np.ndarray:
         if not np.isfinite(np.sum(x)):
             return direct(x)
@@ -526,7 +532,7 @@ def _conv_winograd_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray
                 np.subtract(sv[:, 1], sv[:, 2], out=yv[..., 1])
                 yv[..., 1] -= sv[:, 3]
 
-        parallel(bands, n * nbands, 4 * n * m * c * th * tw * 4)
+        parallel(bands, n * nbands, 4 * n * m * c * th * tw * 4, site)
         if 2 * th == oh and 2 * tw == ow:
             return y
         return y[:, :, :oh, :ow]

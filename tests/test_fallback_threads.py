@@ -269,3 +269,59 @@ def test_gemm_ways_agree_and_leave_blas_at_one_thread(shape: tuple, monkeypatch:
     np.testing.assert_array_equal(got[_runtime.GEMM_ONE_THREAD], one)
     np.testing.assert_array_equal(got[_runtime.GEMM_POOL], one)
     _assert_same(got[_runtime.GEMM_BLAS_THREADS], one)
+
+
+def test_split_site_times_the_pool_and_blas_threads_and_covers_each_part_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``parallel`` call site with a :func:`split_site`, inside a run allowing BLAS's threads, runs
+    once split over the pool and once whole on the caller (BLAS's threads in its GEMMs), then the
+    faster; every index exactly once each call, BLAS back at one thread after each. Outside
+    :func:`allow_blas_threads` (False) it always splits."""
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    seen = np.zeros(40, dtype=np.int64)
+    calls: list[tuple[int, int]] = []
+
+    def part(a: int, b: int) -> None:
+        calls.append((a, b))
+        seen[a:b] += 1
+
+    site = _runtime.split_site()
+    with fallback.blas_threads(1), fallback.kernel_threads(2):
+        for _ in range(4):
+            _runtime.parallel(part, 40, 10**6, site)
+            assert fallback.get_blas_threads() in (None, 1)
+        assert (seen == 4).all() and None not in site.seconds and site.current in (0, 1)
+        assert sorted(calls[:2]) == [(0, 20), (20, 40)] and calls[2] == (0, 40)
+        calls.clear()
+        with fallback.allow_blas_threads(False):
+            _runtime.parallel(part, 40, 10**6, site)
+        assert sorted(calls) == [(0, 20), (20, 40)]
+
+
+def test_banded_conv_plans_agree_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The banded conv algorithms (shifted GEMMs, phase-plane columns, Winograd) give the
+    one-thread result whichever way their split site takes (within rounding: BLAS's threads),
+    NaN and Inf where one thread puts them."""
+    from gpubackend.fallback import conv
+
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    monkeypatch.setattr(conv, "_FULL_COLS_BYTES", 0)
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_WORK", 0)
+    rng = np.random.default_rng(4)
+    for c, m, dil in ((12, 10, 2), (16, 24, 1), (32, 40, 1)):  # shifted, phase columns, Winograd
+        x = rng.standard_normal((1, c, 30, 26)).astype(np.float32)
+        x.reshape(-1)[[5, 700]] = [np.nan, np.inf]
+        w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+        attrs = dict(pads=[1, 1, 1, 1], dilations=[dil, dil])
+        one = fallback.run_node("Conv", [x, w], attrs, 17)[0]
+        sites: list = []
+
+        def made(sites: list = sites) -> _runtime.FastestWay:
+            sites.append(_runtime.split_site())
+            return sites[-1]
+
+        monkeypatch.setattr(conv, "split_site", made)
+        with fallback.blas_threads(1), fallback.kernel_threads(2):
+            plan = conv.conv_plan(x.shape, x.dtype, w, None, attrs)
+            for _ in range(3):  # the pool, BLAS's threads, then the faster
+                _assert_same(plan(x), one)
+        assert any(None not in site.seconds for site in sites)  # (a non-finite input skips Winograd)
