@@ -96,8 +96,9 @@ class SessionOptions:
       by the driver's GL_MAX_DRAW_BUFFERS; ``GPUBACKEND_GLES3_TARGETS``).
     - ``vulkan_record_once``: record each Vulkan segment's command buffer once and replay it
       (``GPUBACKEND_VULKAN_RECORD=0`` records every run).
-    - ``blas_threads``: NumPy BLAS threads while the numpy CPU engine runs (None: 1; set for the
-      duration of each run and restored after, never process-wide; ``GPUBACKEND_BLAS_THREADS``).
+    - ``blas_threads``: NumPy BLAS threads while the numpy CPU engine runs (None: 1, except in the
+      GEMMs of runs that the engine has timed faster with BLAS's own threads; set for the duration
+      of each run and restored after, never process-wide; ``GPUBACKEND_BLAS_THREADS``).
     - ``thread``: where the session's GPU work runs (``GPUBACKEND_SESSION_THREAD``). "worker": on
       the process's GPU thread (:mod:`gpubackend.worker`), so any thread may create, run and share
       the session. "caller": on the thread that created the session (runs from other threads

@@ -296,3 +296,10 @@ def test_numpy_runs_time_blas_threads_and_agree_either_way() -> None:
     ref = fallback.run_node("Conv", [x, w, b], {"pads": [1, 1, 1, 1]}, 13)[0]
     for got in outs:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    # one BLAS thread asked for explicitly is kept: no run timed with BLAS's threads
+    strict = gpubackend.Session(model, path="cpu", options=gpubackend.SessionOptions(
+        cpu_engine="numpy", intra_op_num_threads=2, blas_threads=1))
+    for _ in range(3):
+        np.testing.assert_allclose(strict.run({"x": x})[0], ref, rtol=1e-5, atol=1e-5)
+    (seg,) = [s for s in strict._current.segments if isinstance(s, NumpySegment)]
+    assert not seg._run_ways

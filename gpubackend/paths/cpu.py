@@ -129,9 +129,12 @@ class NumpySegment(Segment):
     engine = "numpy"
 
     def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
-                 blas_threads: int = 1, threads: int = 0):
+                 blas_threads: int | None = None, threads: int = 0):
         super().__init__("cpu", nodes, inputs, outputs)
-        self._blas_threads = blas_threads
+        # None: one BLAS thread, and BLAS's own threads in the GEMMs of the runs timed faster with
+        # them (see run); a count the user set is kept as it is
+        self._blas_threads = blas_threads or 1
+        self._blas_auto = blas_threads is None
         self._threads = threads
         self._opset = graph.opset
         self._pools: list[fallback.BufferPool] = []  # idle ones; a run takes one (runs may overlap)
@@ -200,16 +203,16 @@ class NumpySegment(Segment):
         with self._pools_lock:
             pool = self._pools.pop() if self._pools else fallback.BufferPool()
         # runs with and without BLAS's own threads in the GEMMs, timed per input shapes (see
-        # fallback.allow_blas_threads); one BLAS thread set by the user's options is kept as it is
+        # fallback.allow_blas_threads)
         way = None
-        if self._blas_threads == 1 and self._threads != 1:
+        if self._blas_auto and self._threads != 1:
             key = tuple((name, getattr(v, "shape", None), getattr(v, "dtype", None)) for name, v in feeds.items())
             ways = self._run_ways.get(key)
             if ways is None:
                 ways = self._run_ways.setdefault(key, fallback.FastestWay(2))
             way = ways.pick()
         start = time.perf_counter()
-        with fallback.allow_blas_threads(way != 0):
+        with fallback.allow_blas_threads(way == 1):
             result = self._run(feeds, stats, pool)
         if way is not None:
             ways.record(way, time.perf_counter() - start)
@@ -354,7 +357,7 @@ class OnnxruntimeSegment(Segment):
     engine = "onnxruntime"
 
     def __init__(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str],
-                 threads: int = 0, blas_threads: int = 1, config: dict[str, str] | None = None):
+                 threads: int = 0, blas_threads: int | None = None, config: dict[str, str] | None = None):
         super().__init__("cpu", nodes, inputs, outputs)
         self._threads = threads
         self._config = dict(config or {})
@@ -459,7 +462,8 @@ class OnnxruntimeSegment(Segment):
 
 class CpuPath(Path):
     """``engine``: see :func:`resolve_engine`. ``blas_threads``: NumPy BLAS threads during a numpy
-    run (None: 1, see ``fallback._runtime``); ``ort_threads``: intra-op threads of either engine (0:
+    run (None: 1, and BLAS's own threads in the GEMMs of runs timed faster with them, see
+    ``NumpySegment.run``); ``ort_threads``: intra-op threads of either engine (0:
     the default, onnxruntime's one per physical core, or for numpy one kernel thread per usable core,
     see ``fallback.kernel_threads``); ``ort_config``: session config entries for the onnxruntime
     engine's sessions (``SessionOptions.add_session_config_entry``)."""
@@ -471,7 +475,7 @@ class CpuPath(Path):
                  ort_config: dict[str, str] | None = None):
         super().__init__(precision, disabled_kernels)
         self.engine = resolve_engine(engine)
-        self.blas_threads = blas_threads or 1
+        self.blas_threads = blas_threads
         self.ort_threads = ort_threads
         self.ort_config = dict(ort_config or {})
 
