@@ -19,6 +19,12 @@ multi-threaded OpenBLAS can be many times slower than one thread, its threads sp
 wait for a core that other processes (or onnxruntime's pool) hold. Measured here under load, a
 MobileNetV2-style model took 928 ms with NumPy's default 2 BLAS threads and 56 ms with one.
 ``SessionOptions.blas_threads`` (or ``GPUBACKEND_BLAS_THREADS``) chooses another count.
+
+On idle cores, though, BLAS's own threads split a GEMM faster than the pool does (they spin, a pool
+thread has to be woken), so where the count is left at its default the CPU path times both:
+GEMM and split call sites choose their way by timing (:class:`FastestWay`, :func:`matmul`,
+:func:`parallel`), and whole runs are timed with and without BLAS's threads allowed
+(:func:`allow_blas_threads`), each set for the call or the run only.
 """
 
 from __future__ import annotations
@@ -92,6 +98,24 @@ def _set_blas(n: int) -> None:
         lib.set_num_threads(n)
 
 
+_blas_threads_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("fallback_blas_threads_allowed",
+                                                                              default=True)
+
+
+@contextlib.contextmanager
+def allow_blas_threads(allowed: bool) -> Iterator[None]:
+    """Within the block a GEMM call site may (or may not) take BLAS's own threads (see
+    :func:`matmul`). BLAS's threads keep spinning for a while after each call, on a core the
+    kernel-thread pool's next parts (or another runtime's threads) may want, a cost no single
+    call site's timing sees; so the CPU path times whole runs with and without them
+    (:class:`FastestWay` per input shapes) and sets this per run."""
+    token = _blas_threads_allowed.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _blas_threads_allowed.reset(token)
+
+
 _kernel_threads: contextvars.ContextVar[int] = contextvars.ContextVar("fallback_kernel_threads", default=1)
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
@@ -144,6 +168,57 @@ def _executor() -> ThreadPoolExecutor:
 def _run_part(fn: Callable[[int, int], object], start: int, stop: int) -> None:
     _kernel_threads.set(1)  # a part never splits again: the pool's threads never wait on the pool
     fn(start, stop)
+
+
+# ---- timed choices between interchangeable ways -----------------------------------------
+
+class FastestWay:
+    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's GEMM or
+    split, a whole run of a CPU segment) is fastest here and now, by timing them: each once, then
+    the fastest, re-timing the others now and then so a change of load is followed. A way is first
+    re-timed after 8 calls; each time it loses again the wait grows by twice the factor it was
+    slower (at least doubling, at most 256 calls), so a way that is much slower under load (BLAS's
+    threads beside busy processes: 20-80x on a small GEMM) costs little. A re-timed way's fresh
+    sample replaces its old time; the way in use keeps a running mean and gives way only to one at
+    least 10% faster (timing noise would otherwise flip between two close ones)."""
+
+    __slots__ = ("seconds", "current", "calls", "due", "gap")
+    RECHECK_FIRST, RECHECK_MAX, MARGIN = 8, 256, 0.9
+
+    def __init__(self, ways: int) -> None:
+        self.seconds: list[float | None] = [None] * ways
+        self.current: int | None = None  # the way in use once every way has a time
+        self._restart()
+
+    def _restart(self) -> None:
+        n = len(self.seconds)
+        self.calls = 0
+        self.gap = [self.RECHECK_FIRST] * n  # calls between re-timings of each way
+        self.due = [self.RECHECK_FIRST] * n  # the call count at which each way is re-timed
+
+    def pick(self) -> int:
+        if self.current is None:
+            return self.seconds.index(None)
+        self.calls += 1
+        for way, due in enumerate(self.due):
+            if way != self.current and self.calls >= due:
+                return way
+        return self.current
+
+    def record(self, way: int, seconds: float) -> None:
+        old = self.seconds[way]
+        self.seconds[way] = 0.75 * old + 0.25 * seconds if way == self.current and old is not None else seconds
+        if None in self.seconds:
+            return
+        times: list[float] = self.seconds  # type: ignore[assignment]
+        fastest = min(range(len(times)), key=times.__getitem__)
+        if self.current is None or (fastest != self.current and times[fastest] < self.MARGIN * times[self.current]):
+            self.current = fastest
+            self._restart()
+        elif way != self.current:  # re-timed, and still slower
+            slower = times[way] / max(times[self.current], 1e-12)
+            self.gap[way] = min(self.RECHECK_MAX, self.gap[way] * max(2, int(2 * slower)))
+            self.due[way] = self.calls + self.gap[way]
 
 
 def parallel(fn: Callable[[int, int], object], count: int, work: int = 0, site: FastestWay | None = None) -> None:
@@ -211,75 +286,8 @@ def _split(fn: Callable[[int, int], object], count: int, parts: int) -> None:
             f.result()
 
 
-class FastestWay:
-    """Which of ``ways`` interchangeable ways to run one call site (a compiled kernel's GEMM, a
-    whole run of a CPU segment) is fastest here and now, by timing them: each once, then the fastest, re-timing the
-    others now and then so a change of load is followed. A way is first re-timed after 8 calls;
-    each time it loses again the wait grows by twice the factor it was slower (at least doubling,
-    at most 256 calls), so a way that is much slower under load (BLAS's threads beside busy
-    processes: 20-80x on a small GEMM) costs little. A re-timed way's fresh sample replaces its
-    old time; the way in use keeps a running mean and gives way only to one at least 10% faster
-    (timing noise would otherwise flip between two close ones)."""
-
-    __slots__ = ("seconds", "current", "calls", "due", "gap")
-    RECHECK_FIRST, RECHECK_MAX, MARGIN = 8, 256, 0.9
-
-    def __init__(self, ways: int) -> None:
-        self.seconds: list[float | None] = [None] * ways
-        self.current: int | None = None  # the way in use once every way has a time
-        self._restart()
-
-    def _restart(self) -> None:
-        n = len(self.seconds)
-        self.calls = 0
-        self.gap = [self.RECHECK_FIRST] * n  # calls between re-timings of each way
-        self.due = [self.RECHECK_FIRST] * n  # the call count at which each way is re-timed
-
-    def pick(self) -> int:
-        if self.current is None:
-            return self.seconds.index(None)
-        self.calls += 1
-        for way, due in enumerate(self.due):
-            if way != self.current and self.calls >= due:
-                return way
-        return self.current
-
-    def record(self, way: int, seconds: float) -> None:
-        old = self.seconds[way]
-        self.seconds[way] = 0.75 * old + 0.25 * seconds if way == self.current and old is not None else seconds
-        if None in self.seconds:
-            return
-        times: list[float] = self.seconds  # type: ignore[assignment]
-        fastest = min(range(len(times)), key=times.__getitem__)
-        if self.current is None or (fastest != self.current and times[fastest] < self.MARGIN * times[self.current]):
-            self.current = fastest
-            self._restart()
-        elif way != self.current:  # re-timed, and still slower
-            slower = times[way] / max(times[self.current], 1e-12)
-            self.gap[way] = min(self.RECHECK_MAX, self.gap[way] * max(2, int(2 * slower)))
-            self.due[way] = self.calls + self.gap[way]
-
-
 # the ways of a GEMM call site (``matmul``'s ``site``)
 GEMM_ONE_THREAD, GEMM_POOL, GEMM_BLAS_THREADS = 0, 1, 2
-_blas_threads_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("fallback_blas_threads_allowed",
-                                                                              default=True)
-
-
-@contextlib.contextmanager
-def allow_blas_threads(allowed: bool) -> Iterator[None]:
-    """Within the block a GEMM call site may (or may not) take BLAS's own threads (see
-    :func:`matmul`). BLAS's threads keep spinning for a while after each call, on a core the
-    kernel-thread pool's next parts (or another runtime's threads) may want, a cost no single
-    call site's timing sees; so the CPU path times whole runs with and without them
-    (:class:`FastestWay` per input shapes) and sets this per run."""
-    token = _blas_threads_allowed.set(bool(allowed))
-    try:
-        yield
-    finally:
-        _blas_threads_allowed.reset(token)
-
-
 def gemm_site() -> FastestWay:
     """The :class:`FastestWay` of one GEMM call site, for :func:`matmul`."""
     return FastestWay(3)
@@ -323,7 +331,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
         finally:
             _set_blas(1)
     else:
-        parts = min(threads, max(n, m), max(1, out.size * k // MIN_PART_WORK))  # >= 2 here
+        parts = min(threads, max(n, m), max(1, out.size * k // MIN_PART_WORK))
         if n >= m:
             _split(lambda i, j: np.matmul(a, b[..., i:j], out=out[..., i:j]), n, parts)
         else:
