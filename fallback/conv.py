@@ -6,11 +6,16 @@
   gathered per cache-sized channel block (the taps of one phase plane form a regular grid of
   offsets: one strided-view copy each, see ``_tap_grids``) and summed by one batched BLAS call; large
   planes in bands of output rows. Other ranks use a tap loop on strided slices.
-* ungrouped 2-D convolutions with 8+ input channels: one GEMM per kernel tap on the phase planes
+* ungrouped 2-D convolutions whose column matrix is small (at most 4 MiB) and that are strided or have
+  32+ input channels: im2col of the whole output and one GEMM (``_conv_full_cols_plan``).
+* other ungrouped 2-D convolutions with 8+ input channels: one GEMM per kernel tap on the phase planes
   (each tap a BLAS-ready shifted view, no im2col), accumulated over cache-sized column bands; with
   fewer input channels (stems), im2col on the phase planes (unit-stride tap copies) and one GEMM.
 * everything else: im2col (one copy out of a strided window view, built a band of output rows at a
   time when large) and one batched BLAS GEMM over the groups.
+
+Inside a CPU-path run the GEMMs and the GEMM-heavy splits choose how to use the kernel threads by
+timing (``_runtime.gemm_site``, ``_runtime.split_site``).
 * ConvTranspose: one GEMM (W^T X) then a scatter-add of the kernel taps into the output (col2im), or
   a pure interleave when stride == kernel without overlap or padding.
 
