@@ -14,14 +14,15 @@
 * everything else: im2col (one copy out of a strided window view, built a band of output rows at a
   time when large) and one batched BLAS GEMM over the groups.
 
-Inside a CPU-path run the GEMMs and the GEMM-heavy splits choose how to use the kernel threads by
-timing (``_runtime.gemm_site``, ``_runtime.split_site``).
 * ConvTranspose: one GEMM (W^T X) then a scatter-add of the kernel taps into the output (col2im), or
   a pure interleave when stride == kernel without overlap or padding.
 
 float16 runs in float32 and float32 never becomes float64; the bias and a fused activation are
 applied in place on the output (the phase-plane paths fold the bias into the copy that drops their
 padding columns).
+
+Inside a CPU-path run the GEMMs and the GEMM-heavy splits choose how to use the kernel threads by
+timing (``_runtime.gemm_site``, ``_runtime.split_site``).
 """
 
 from __future__ import annotations
