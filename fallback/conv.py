@@ -13,7 +13,6 @@
   fewer input channels (stems), im2col on the phase planes (unit-stride tap copies) and one GEMM.
 * everything else: im2col (one copy out of a strided window view, built a band of output rows at a
   time when large) and one batched BLAS GEMM over the groups.
-
 * ConvTranspose: one GEMM (W^T X) then a scatter-add of the kernel taps into the output (col2im), or
   a pure interleave when stride == kernel without overlap or padding.
 
