@@ -93,6 +93,11 @@ def serve(fd: int) -> None:
                 graph, by_name = graphs[token]
                 assert path is not None
                 result = {name: path.decline(by_name[name], graph) for name in names}
+            elif op == "kernel_names":
+                token, names = args
+                graph, by_name = graphs[token]
+                assert path is not None
+                result = {name: path.kernel_name_for(by_name[name], graph) for name in names}
             elif op == "compile":
                 token, names, inputs, outputs = args
                 graph, by_name = graphs[token]
@@ -241,6 +246,7 @@ class IsolatedPath(Path):
         self._graphs: dict[int, tuple[Graph, int]] = {}  # id(graph) -> (graph kept alive, token)
         self._tokens = itertools.count(1)
         self._declines: dict[tuple[int, str], str | None] = {}
+        self._kernel_names: dict[tuple[int, str], str | None] = {}
 
     def _call(self, *request: Any, timeout: float | None = None) -> Any:
         with self._lock:
@@ -273,6 +279,15 @@ class IsolatedPath(Path):
             self._declines.update({(token, name): why for name, why in answers.items()})
         return self._declines[(token, node.name)]
 
+    def kernel_name_for(self, node: Node, graph: Graph) -> str | None:
+        """The child's path object's answer: the kernel it runs ``node`` with depends on its
+        context's limits there (gles3's conv_blend), not on the path module's defaults."""
+        token = self._token(graph)
+        if (token, node.name) not in self._kernel_names:  # one round trip answers every node
+            answers = self._call("kernel_names", token, [n.name for n in graph.nodes])
+            self._kernel_names.update({(token, name): k for name, k in answers.items()})
+        return self._kernel_names[(token, node.name)]
+
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         sid, notes = self._call("compile", self._token(graph), [n.name for n in nodes], inputs, outputs)
         return IsolatedSegment(self, sid, nodes, inputs, outputs, notes)
@@ -284,6 +299,7 @@ class IsolatedPath(Path):
             self._child = None
             self._graphs.clear()
             self._declines.clear()
+            self._kernel_names.clear()
             if self._lost is None:
                 self._lost = IsolatedDriverLost(f"{self.key}: the isolated path was closed")
 

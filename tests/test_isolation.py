@@ -144,3 +144,26 @@ def test_isolation_options_from_the_environment(monkeypatch) -> None:
     monkeypatch.delenv("GPUBACKEND_ISOLATION_TIMEOUT")
     with pytest.raises(gpubackend.OptionError, match="isolation_timeout_s"):
         gpubackend.SessionOptions(isolation_timeout_s=0).resolved()
+
+
+def test_an_isolated_path_names_the_kernels_its_child_runs(fault_env) -> None:
+    """The first-run kernel check files a verdict under the kernel the child's path object runs
+    (gles3's conv_blend depends on the child's context limits), the same name the path gives in
+    this process."""
+    fault_env("")
+    report = gpubackend.probe()
+    if not report.usable("gles3"):
+        pytest.skip(f"gles3 is not usable here: {report.paths['gles3'].reason}")
+    from gpubackend.model import to_graph
+    from gpubackend.paths import create_path
+
+    graph = to_graph(_conv_relu_model())
+    opts = gpubackend.SessionOptions(isolation=True, isolation_timeout_s=TIMEOUT_S)
+    isolated = IsolatedPath("gles3", "fp32", frozenset(), opts)
+    local = create_path("gles3", "fp32", frozenset(), opts)
+    try:
+        for node in graph.nodes:
+            assert isolated.kernel_name_for(node, graph) == local.kernel_name_for(node, graph)
+    finally:
+        isolated.close()
+        local.close()
