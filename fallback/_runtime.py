@@ -180,14 +180,16 @@ class FastestWay:
     slower (at least doubling, at most 256 calls), so a way that is much slower under load (BLAS's
     threads beside busy processes: 20-80x on a small GEMM) costs little. A re-timed way's fresh
     sample replaces its old time; the way in use keeps a running mean and gives way only to one at
-    least 10% faster (timing noise would otherwise flip between two close ones)."""
+    least 10% faster (timing noise would otherwise flip between two close ones). The first call is
+    not timed: it pays for what later calls reuse (plans, buffers, page faults, BLAS's threads)."""
 
-    __slots__ = ("seconds", "current", "calls", "due", "gap")
+    __slots__ = ("seconds", "current", "calls", "due", "gap", "warm")
     RECHECK_FIRST, RECHECK_MAX, MARGIN = 8, 256, 0.9
 
     def __init__(self, ways: int) -> None:
         self.seconds: list[float | None] = [None] * ways
         self.current: int | None = None  # the way in use once every way has a time
+        self.warm = False
         self._restart()
 
     def _restart(self) -> None:
@@ -206,6 +208,9 @@ class FastestWay:
         return self.current
 
     def record(self, way: int, seconds: float) -> None:
+        if not self.warm:
+            self.warm = True
+            return
         old = self.seconds[way]
         self.seconds[way] = 0.75 * old + 0.25 * seconds if way == self.current and old is not None else seconds
         if None in self.seconds:

@@ -293,6 +293,7 @@ def test_numpy_runs_time_blas_threads_and_agree_either_way() -> None:
     (seg,) = [s for s in sess._current.segments if isinstance(s, NumpySegment)]
     (ways,) = seg._run_ways.values()
     assert None not in ways.seconds and ways.current in (0, 1)
+    assert "x 1x32x40x40): runs timed with BLAS's own threads" in sess.explain()
     ref = fallback.run_node("Conv", [x, w, b], {"pads": [1, 1, 1, 1]}, 13)[0]
     for got in outs:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

@@ -199,6 +199,19 @@ class NumpySegment(Segment):
                 return _in_place(ufunc, target, kernel)
         return kernel
 
+    @property
+    def notes(self) -> list[str]:
+        """For explain(): per input shapes, how runs with and without BLAS's threads timed."""
+        out = []
+        for key, ways in list(self._run_ways.items()):
+            if ways.current is None:
+                continue
+            without, with_ = (f"{t * 1e3:.1f} ms" for t in ways.seconds)  # type: ignore[operator]
+            shapes = ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape, _ in key if shape is not None)
+            out.append(f"cpu (numpy engine, {shapes}): runs timed with BLAS's own threads in the GEMMs {with_}, "
+                       f"without {without}: running {'with' if ways.current == 1 else 'without'} them")
+        return out
+
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         with self._pools_lock:
             pool = self._pools.pop() if self._pools else fallback.BufferPool()
