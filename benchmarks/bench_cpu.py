@@ -306,7 +306,7 @@ def main() -> None:
         for _ in range(args.blocks):
             for key, fn in runners.items():
                 # BLAS's threads (the NumPy engine may use them, see fallback.allow_blas_threads) spin
-                # for up to ~0.1 s after their last call, on the core the next runner's threads want
+                # for ~0.13 s after their last call, on the core the next runner's threads want
                 time.sleep(BLAS_IDLE_S)
                 fn()  # settle
                 for _ in range(args.runs):
