@@ -346,26 +346,73 @@ def _shifted_gemm_pays(c: int, m: int) -> bool:
     return c >= _SHIFT_MIN_CHANNELS and (c > _PHASE_COLS_MAX_CHANNELS or m < c)
 
 
+# shifted GEMMs with at most this many output channels stack the taps' weights: one GEMM per phase
+# plane and band, (taps x M, C) @ X, then the taps' (M, band) slices of its result added in tap order
+# ("kn2row"; the same dot products as one GEMM per tap, bit-equal where BLAS rounds them alike). Measured per conv,
+# 2 kernel threads, against one GEMM per tap: 96->24 at 120x160 0.86, at 60x80 0.54-0.77, 24->8 at 256^2
+# 0.60-0.77, 32->16 at 128^2 0.59-0.70, 64->32 at 80^2 0.56-0.76 (the pool split / BLAS's threads); on
+# one thread 0.78-0.94, and 1.13 on 24->8 at 256^2.
+_STACKED_TAPS_MAX_OUT = 32
+_STACKED_BAND_BYTES = 4 << 20
+
+
 def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray, pb: list[int], out: list[int],
                        strides: list[int], dil: list[int]) -> ConvRun:
     """2-D ungrouped convolution without im2col: on ``phase_planes`` every kernel tap reads one
     contiguous slice of every input plane, a BLAS-ready (C, L) view, so the convolution is a sum
-    of one GEMM per tap, W[:, :, tap] @ X_shifted, accumulated over cache-sized column bands."""
+    of one GEMM per tap, W[:, :, tap] @ X_shifted, accumulated over cache-sized column bands; with
+    few output channels the taps of one phase plane share one GEMM (see ``_STACKED_TAPS_MAX_OUT``)."""
     n, c, h, wd = x_shape
     m = w.shape[0]
     kernel = tuple(w.shape[2:])
     *_, wq, _, offsets = phase_plan(h, wd, tuple(pb), tuple(out), tuple(strides), tuple(dil), kernel)
     length = out[0] * wq
+    ktaps = len(offsets)
     wt = np.ascontiguousarray(w.reshape(m, c, -1).transpose(2, 0, 1))
     isz = np.dtype(dtype).itemsize
-    band = max(64, min(_SHIFT_BAND_BYTES // ((c + 2 * m) * isz), -(-n * length // current_threads())))
+    stacked = m <= _STACKED_TAPS_MAX_OUT
+    per_column = (ktaps * m + c) if stacked else (c + 2 * m)
+    band = max(64, min((_STACKED_BAND_BYTES if stacked else _SHIFT_BAND_BYTES) // (per_column * isz),
+                       -(-n * length // current_threads())))
     nbands = -(-length // band)
+    # stacked: per phase plane (a, b, first offset, offset span, first row, taps), each tap's (row,
+    # column shift) in the stacked result, and the weights in that row order
+    planes: dict[tuple[int, int], list[int]] = {}
+    for t, (ai, bi, _) in enumerate(offsets):
+        planes.setdefault((ai, bi), []).append(t)
+    groups, where, order = [], [(0, 0)] * ktaps, []
+    for (ai, bi), taps in planes.items():
+        lo = min(offsets[t][2] for t in taps)
+        groups.append((ai, bi, lo, max(offsets[t][2] for t in taps) - lo, len(order) * m, len(taps)))
+        for t in taps:
+            where[t] = (len(order) * m, offsets[t][2] - lo)
+            order.append(t)
+    wall = np.ascontiguousarray(wt[order].reshape(ktaps * m, c)) if stacked else None
+    span = max(g[3] for g in groups)
 
     site = split_site()  # its bands are mostly GEMMs
 
     def run(x: np.ndarray) -> np.ndarray:
         flat = phase_planes(x, pb, out, strides, dil, list(kernel))[0]
         y = empty((n, m, length), dtype)
+
+        def stacked_bands(k0: int, k1: int) -> None:
+            z = np.empty((ktaps * m, min(band, length) + span), dtype=dtype)
+            for k in range(k0, k1):
+                b, l0 = divmod(k, nbands)
+                l0 *= band
+                l1 = min(length, l0 + band)
+                cols = l1 - l0
+                for ai, bi, lo, sp, r0, count in groups:
+                    np.matmul(wall[r0:r0 + count * m], flat[ai, bi, b, :, lo + l0:lo + l1 + sp],
+                              out=z[r0:r0 + count * m, :cols + sp])
+                yb = y[b, :, l0:l1]
+                for t in range(ktaps):
+                    r, sh = where[t]
+                    if t == 0:
+                        np.copyto(yb, z[r:r + m, sh:sh + cols])
+                    else:
+                        yb += z[r:r + m, sh:sh + cols]
 
         def bands(k0: int, k1: int) -> None:
             tmp = np.empty((m, min(band, length)), dtype=dtype)
@@ -383,7 +430,7 @@ def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray,
                         np.matmul(wt[t], src, out=tb)
                         yb += tb
 
-        parallel(bands, n * nbands, n * m * c * len(offsets) * length, site)
+        parallel(stacked_bands if stacked else bands, n * nbands, n * m * c * ktaps * length, site)
         return drop_columns(y, out, wq, copy=False)
 
     return run

@@ -153,6 +153,27 @@ def test_conv_3x3_with_8_or_more_channels(c, m, stride, dil, full_cols, monkeypa
           dict(kernel_shape=[3, 3], strides=[stride] * 2, dilations=[dil] * 2, pads=[1, 2, 0, 1]))
 
 
+@pytest.mark.parametrize("stride,dil,pads", [(1, 1, [1, 1, 1, 1]), (2, 1, [1, 2, 0, 1]), (1, 2, [2, 1, 2, 0]),
+                                             (2, 2, [0, 0, 0, 0])])
+def test_conv_shifted_gemms_stacked_taps_match_one_gemm_per_tap(stride, dil, pads, monkeypatch):
+    """Shifted-GEMM convolutions with few output channels stack their taps' weights into one GEMM
+    per phase plane (``fallback.conv._STACKED_TAPS_MAX_OUT``): the same result as one GEMM per tap
+    within rounding, NaN and Inf where it puts them, batch 2."""
+    from gpubackend.fallback import conv
+
+    monkeypatch.setattr(conv, "_FULL_COLS_BYTES", 0)
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((2, 40, 23, 19)).astype(np.float32)
+    x[0, 3, 4, 6], x[1, 5, 8, 2], x[0, 7, 10, 10] = np.nan, np.inf, -np.inf  # even rows and columns: read
+    w = rng.standard_normal((12, 40, 3, 3)).astype(np.float32)
+    attrs = dict(strides=[stride] * 2, dilations=[dil] * 2, pads=pads)
+    stacked = conv.conv_plan(x.shape, x.dtype, w, None, attrs)(x)
+    monkeypatch.setattr(conv, "_STACKED_TAPS_MAX_OUT", 0)
+    per_tap = conv.conv_plan(x.shape, x.dtype, w, None, attrs)(x)
+    assert np.isnan(stacked).any() and np.isinf(stacked).any()
+    np.testing.assert_allclose(stacked, per_tap, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("c,m", [(4, 12), (5, 9)])  # bias in the GEMM, bias pass
 def test_conv_pointwise_expansion_with_bias(c, m):
     """1x1 convolutions with over twice as many output channels as input channels add their bias
