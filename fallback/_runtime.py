@@ -93,9 +93,21 @@ def blas_threads(n: int | None) -> Iterator[None]:
         _blas_count.reset(token)
 
 
-def _set_blas(n: int) -> None:
+@contextlib.contextmanager
+def _own_blas_threads(n: int) -> Iterator[None]:
+    """Within a run that set one BLAS thread: BLAS's own ``n`` threads for one call, then one again."""
     for lib in _blas_libs or ():
         lib.set_num_threads(n)
+    try:
+        yield
+    finally:
+        for lib in _blas_libs or ():
+            lib.set_num_threads(1)
+
+
+def _timing_ways() -> bool:
+    """Whether call sites may time their ways here: inside a run that set one BLAS thread."""
+    return _blas_count.get() == 1 and bool(_blas_libs)
 
 
 _blas_threads_allowed: contextvars.ContextVar[bool] = contextvars.ContextVar("fallback_blas_threads_allowed",
@@ -241,17 +253,14 @@ def parallel(fn: Callable[[int, int], object], count: int, work: int = 0, site: 
     if parts <= 1:
         fn(0, count)
         return
-    if site is None or _blas_count.get() != 1 or not _blas_libs or not _blas_threads_allowed.get():
+    if site is None or not _timing_ways() or not _blas_threads_allowed.get():
         _split(fn, count, parts)
         return
     way = site.pick()
     start = time.perf_counter()
     if way == SPLIT_BLAS_THREADS:
-        _set_blas(_kernel_threads.get())
-        try:
+        with _own_blas_threads(_kernel_threads.get()):
             fn(0, count)
-        finally:
-            _set_blas(1)
     else:
         _split(fn, count, parts)
     site.record(way, time.perf_counter() - start)
@@ -322,7 +331,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
         return np.matmul(a, b, out=out)
     if out is None:
         out = empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
-    timed = site is not None and _blas_count.get() == 1 and bool(_blas_libs)
+    timed = site is not None and _timing_ways()
     way = site.pick() if timed else GEMM_POOL  # type: ignore[union-attr]
     if way == GEMM_BLAS_THREADS and not _blas_threads_allowed.get():
         way, timed = GEMM_POOL, False
@@ -330,11 +339,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     if way == GEMM_ONE_THREAD:
         np.matmul(a, b, out=out)
     elif way == GEMM_BLAS_THREADS:
-        _set_blas(threads)
-        try:
+        with _own_blas_threads(threads):
             np.matmul(a, b, out=out)
-        finally:
-            _set_blas(1)
     else:
         parts = min(threads, max(n, m), max(1, out.size * k // MIN_PART_WORK))
         if n >= m:
