@@ -375,20 +375,17 @@ def _conv_shifted_plan(x_shape: tuple[int, ...], dtype: np.dtype, w: np.ndarray,
     band = max(64, min((_STACKED_BAND_BYTES if stacked else _SHIFT_BAND_BYTES) // (per_column * isz),
                        -(-n * length // current_threads())))
     nbands = -(-length // band)
-    # stacked: per phase plane (a, b, first offset, offset span, first row, taps), each tap's (row,
-    # column shift) in the stacked result, and the weights in that row order
-    planes: dict[tuple[int, int], list[int]] = {}
-    for t, (ai, bi, _) in enumerate(offsets):
-        planes.setdefault((ai, bi), []).append(t)
-    groups, where, order = [], [(0, 0)] * ktaps, []
-    for (ai, bi), taps in planes.items():
-        lo = min(offsets[t][2] for t in taps)
-        groups.append((ai, bi, lo, max(offsets[t][2] for t in taps) - lo, len(order) * m, len(taps)))
-        for t in taps:
-            where[t] = (len(order) * m, offsets[t][2] - lo)
-            order.append(t)
-    wall = np.ascontiguousarray(wt[order].reshape(ktaps * m, c)) if stacked else None
-    span = max(g[3] for g in groups)
+    if stacked:
+        # the taps of each phase plane (``_tap_grids``, in ``perm`` order) stacked: per plane (a, b,
+        # first offset, offset span, first row, taps), each tap's (row, column shift) in the result
+        grids, perm = _tap_grids(offsets, kernel)
+        wall = np.ascontiguousarray(wt[perm].reshape(ktaps * m, c))
+        groups, where = [], [(0, 0)] * ktaps
+        for ai, bi, o0, nr, nc, rs, cs, t0 in grids:
+            groups.append((ai, bi, o0, (nr - 1) * rs + (nc - 1) * cs, t0 * m, nr * nc))
+            for i in range(t0, t0 + nr * nc):
+                where[perm[i]] = (i * m, offsets[perm[i]][2] - o0)
+        span = max(g[3] for g in groups)
 
     site = split_site()  # its bands are mostly GEMMs
 
