@@ -58,6 +58,10 @@ def _portable(exc: BaseException) -> BaseException:
         return kind(f"{type(exc).__name__}: {exc}")
 
 
+# the path questions the child answers for every node of a graph in one round trip
+PER_NODE = ("decline", "kernel_name_for")
+
+
 def serve(fd: int) -> None:
     """The child's loop: requests ``(op, *args)`` in, ``("ok", result)`` or ``("error", exc)`` out."""
     from .paths import create_path
@@ -88,16 +92,12 @@ def serve(fd: int) -> None:
                 graphs[token] = (graph, {n.name: n for n in graph.nodes})
             elif op == "forget":
                 graphs.pop(args[0], None)
-            elif op == "decline":
+            elif op in PER_NODE:  # one answer per node name
                 token, names = args
                 graph, by_name = graphs[token]
                 assert path is not None
-                result = {name: path.decline(by_name[name], graph) for name in names}
-            elif op == "kernel_names":
-                token, names = args
-                graph, by_name = graphs[token]
-                assert path is not None
-                result = {name: path.kernel_name_for(by_name[name], graph) for name in names}
+                ask = getattr(path, op)
+                result = {name: ask(by_name[name], graph) for name in names}
             elif op == "compile":
                 token, names, inputs, outputs = args
                 graph, by_name = graphs[token]
@@ -245,8 +245,7 @@ class IsolatedPath(Path):
         self._lost: IsolatedDriverLost | None = None
         self._graphs: dict[int, tuple[Graph, int]] = {}  # id(graph) -> (graph kept alive, token)
         self._tokens = itertools.count(1)
-        self._declines: dict[tuple[int, str], str | None] = {}
-        self._kernel_names: dict[tuple[int, str], str | None] = {}
+        self._answers: dict[tuple[str, int, str], str | None] = {}  # (question, graph token, node)
 
     def _call(self, *request: Any, timeout: float | None = None) -> Any:
         with self._lock:
@@ -272,21 +271,22 @@ class IsolatedPath(Path):
         self._graphs[id(graph)] = (graph, token)
         return token
 
-    def decline(self, node: Node, graph: Graph) -> str | None:
+    def _per_node(self, question: str, node: Node, graph: Graph) -> str | None:
+        """The child's path's answer to ``question`` (one of ``PER_NODE``) for ``node``: one round
+        trip answers every node of the graph."""
         token = self._token(graph)
-        if (token, node.name) not in self._declines:  # one round trip answers every node of the graph
-            answers = self._call("decline", token, [n.name for n in graph.nodes])
-            self._declines.update({(token, name): why for name, why in answers.items()})
-        return self._declines[(token, node.name)]
+        if (question, token, node.name) not in self._answers:
+            answers = self._call(question, token, [n.name for n in graph.nodes])
+            self._answers.update({(question, token, name): a for name, a in answers.items()})
+        return self._answers[(question, token, node.name)]
+
+    def decline(self, node: Node, graph: Graph) -> str | None:
+        return self._per_node("decline", node, graph)
 
     def kernel_name_for(self, node: Node, graph: Graph) -> str | None:
         """The child's path object's answer: the kernel it runs ``node`` with depends on its
         context's limits there (gles3's conv_blend), not on the path module's defaults."""
-        token = self._token(graph)
-        if (token, node.name) not in self._kernel_names:  # one round trip answers every node
-            answers = self._call("kernel_names", token, [n.name for n in graph.nodes])
-            self._kernel_names.update({(token, name): k for name, k in answers.items()})
-        return self._kernel_names[(token, node.name)]
+        return self._per_node("kernel_name_for", node, graph)
 
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         sid, notes = self._call("compile", self._token(graph), [n.name for n in nodes], inputs, outputs)
@@ -298,8 +298,7 @@ class IsolatedPath(Path):
                 self._child.stop()
             self._child = None
             self._graphs.clear()
-            self._declines.clear()
-            self._kernel_names.clear()
+            self._answers.clear()
             if self._lost is None:
                 self._lost = IsolatedDriverLost(f"{self.key}: the isolated path was closed")
 
