@@ -34,12 +34,14 @@ from gpubackend.zoo.check import (
 )
 from gpubackend.zoo.inputs import make_input
 
-PATHS = ("cpu", "gles2", "gles3", "gles31", "vulkan")
-GPU_PATHS = PATHS[1:]
+# "cpu" runs on the default engine (onnxruntime here); "cpu:numpy" on fallback's NumPy kernels,
+# the reference every GPU kernel test compares against
+PATHS = ("cpu", "cpu:numpy", "gles2", "gles3", "gles31", "vulkan")
+GPU_PATHS = PATHS[2:]
 TOL = {"fp32": 1e-4, "fp16": 2e-2}
 COVERAGE_FILE = Path(__file__).parent / "data" / "zoo_coverage.json"
 DEFAULT_MODELS = ("yolov8n_nudenet", "ppocr_v4_det", "ppocr_v6_rec", "mtcnn_onet")
-DEFAULT_PATHS = ("cpu", "gles2", "gles31", "vulkan")
+DEFAULT_PATHS = ("cpu", "cpu:numpy", "gles2", "gles31", "vulkan")
 # gles3: llvmpipe compiles each distinct fragment program at its first draw (YOLOv8n at 128x128:
 # 50 programs since they are shared through uniforms, 103 before; its cold first run still took
 # 76 s of CPU time, 954 s of wall time at load 20; docs/zoo.md), so its default set is the small

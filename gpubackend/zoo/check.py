@@ -104,26 +104,29 @@ def coverage(model: ZooModel, paths: tuple[str, ...] | list[str], small: bool = 
     return out
 
 
-def session_options(model: ZooModel, precision: str, small: bool = False, plan: bool = True) -> SessionOptions:
+def session_options(model: ZooModel, precision: str, small: bool = False, plan: bool = True,
+                    cpu_engine: str = "auto") -> SessionOptions:
     """The options the zoo runs ``model`` with: at ``precision="fp16"``, its shipped calibrated
     precision plan where it has one (``plan=False``: the static rule alone)."""
     from ..options import SessionOptions
     from .plans import fp16_plan
 
     shipped = fp16_plan(model, small) if plan and precision == "fp16" else None
-    return SessionOptions(precision_plan=str(shipped) if shipped else None)
+    return SessionOptions(precision_plan=str(shipped) if shipped else None, cpu_engine=cpu_engine)
 
 
 def run_on_path(model: ZooModel, path: str, precision: str = "fp32", small: bool = False,
                 fallback: bool = True, plan: bool = True) -> tuple[list[np.ndarray], list[np.ndarray], object]:
     """(gpubackend's outputs, onnxruntime's outputs, the session) for the model's input; fp16 runs
-    with the model's shipped precision plan unless ``plan`` is False."""
+    with the model's shipped precision plan unless ``plan`` is False. ``path`` may name a CPU
+    engine as the benchmarks do: "cpu:numpy" is the cpu path on the NumPy engine."""
     from ..session import Session
 
+    path, _, engine = path.partition(":")
     feeds = make_input(model, small=small)
     ref = reference(model, feeds)
     sess = Session(str(fetch(model.name)), path=path, precision=precision, fallback=fallback,
-                   options=session_options(model, precision, small, plan))
+                   options=session_options(model, precision, small, plan, engine or "auto"))
     got = sess.run(feeds)
     return got, ref, sess
 
