@@ -741,30 +741,43 @@ def k_conv_transpose(inputs: list, attrs: dict, opset: int) -> list:
     cols = matmul(wt, x.reshape(n, group, cg, isize))
     cols = cols.reshape(n, m, *kernel, *insp)
     full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, insp, kernel, dil)]
+    bias = _bias(op, b, m, cols.ndim - nsp, cols.dtype)
     if (strides == kernel and all(d == 1 for d in dil) and not any(pb) and out == full):
-        # no overlap between taps: interleave (in_i, k_i) axes, one copy
-        perm = [0, 1]
-        for i in range(nsp):
-            perm += [2 + nsp + i, 2 + i]
-        y = cols.transpose(perm).reshape(n, m, *out)
-    else:
-        off = [max(0, -p) for p in pb]
-        start = [p + o for p, o in zip(pb, off)]
-        buf_shape = [max(f + o, s + u) for f, o, s, u in zip(full, off, start, out)]
-        buf = zeros((n, m, *buf_shape), cols.dtype)
+        # no overlap between taps: each tap's plane is one strided copy into the output seen as
+        # (in_0, k_0, in_1, k_1, ...), the bias added on the way. (One copy of the whole
+        # transposed cols runs a loop of k_last elements per call: PP-OCR's 24->24 2x2 at
+        # 120x160 4.7 -> 1.5 ms, interleaved.)
+        y = empty((n, m, *out), cols.dtype)
+        split = y.reshape(n, m, *[v for i, k in zip(insp, kernel) for v in (i, k)])
 
-        def channels(c0: int, c1: int) -> None:
+        def taps(c0: int, c1: int) -> None:
+            chans = (slice(None), slice(c0, c1))
             for tap in np.ndindex(*kernel):
-                sl = (slice(None), slice(c0, c1)) + tuple(
-                    slice(t * d + o, t * d + o + (i - 1) * s + 1, s)
-                    for t, d, o, i, s in zip(tap, dil, off, insp, strides))
-                buf[sl] += cols[(slice(None), slice(c0, c1)) + tap]
+                dst = split[chans + tuple(v for t in tap for v in (slice(None), t))]
+                if bias is None:
+                    dst[...] = cols[chans + tap]
+                else:
+                    np.add(cols[chans + tap], bias[:, c0:c1], out=dst)
 
-        parallel(channels, m, cols.size)
-        y = buf[(slice(None), slice(None)) + tuple(slice(s, s + u) for s, u in zip(start, out))]
-        if y.shape != buf.shape:
-            y = np.ascontiguousarray(y)
-    return [_epilogue(y, _bias(op, b, m, y.ndim, y.dtype), activation_function(attrs.get("_act")))]
+        parallel(taps, m, 2 * cols.size)
+        return [_epilogue(y, None, activation_function(attrs.get("_act")))]
+    off = [max(0, -p) for p in pb]
+    start = [p + o for p, o in zip(pb, off)]
+    buf_shape = [max(f + o, s + u) for f, o, s, u in zip(full, off, start, out)]
+    buf = zeros((n, m, *buf_shape), cols.dtype)
+
+    def channels(c0: int, c1: int) -> None:
+        for tap in np.ndindex(*kernel):
+            sl = (slice(None), slice(c0, c1)) + tuple(
+                slice(t * d + o, t * d + o + (i - 1) * s + 1, s)
+                for t, d, o, i, s in zip(tap, dil, off, insp, strides))
+            buf[sl] += cols[(slice(None), slice(c0, c1)) + tap]
+
+    parallel(channels, m, cols.size)
+    y = buf[(slice(None), slice(None)) + tuple(slice(s, s + u) for s, u in zip(start, out))]
+    if y.shape != buf.shape:
+        y = np.ascontiguousarray(y)
+    return [_epilogue(y, bias, activation_function(attrs.get("_act")))]
 
 
 

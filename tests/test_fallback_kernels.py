@@ -303,6 +303,31 @@ def test_conv_transpose_output_shape_with_batch_and_channels():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("rank,group", [(1, 1), (2, 1), (2, 2), (3, 1)])
+def test_conv_transpose_non_overlapping_taps(rank, group, monkeypatch):
+    """kernel == stride, no pads (a decoder's 2x2 upsampling): each tap's plane is one strided
+    copy into the output with the bias added on the way, split over two kernel threads. Against
+    onnxruntime with NaN and Inf in the input, into output buffers that start out as NaN (every
+    element must be written); the activation fused after it sees the biased sums."""
+    from gpubackend.fallback import _runtime, conv, kernel_threads
+
+    sp = {1: (9,), 2: (6, 7), 3: (3, 4, 2)}[rank]
+    x = rand(2, 4, *sp, seed=30, lo=-2, hi=2)
+    x.reshape(-1)[[3, x.size // 2, -5]] = [np.nan, np.inf, -np.inf]
+    w, b = rand(4, 3, *([2] * rank), seed=31, lo=-1), rand(3 * group, seed=32, lo=-1)
+    attrs = dict(strides=[2] * rank, group=group)
+    monkeypatch.setattr(_runtime, "MIN_PART_WORK", 1)
+    monkeypatch.setattr(conv, "empty", lambda shape, dtype: np.full(shape, np.nan, dtype))
+    with kernel_threads(2):
+        got = run_node("ConvTranspose", [x, w, b], attrs)[0]
+        relu = run_node("ConvTranspose", [x, w, b], dict(attrs, _act=("Relu", {})))[0]
+    exp = with_ort("ConvTranspose", [x, w, b], attrs)[0]
+    assert got.shape == exp.shape and np.isnan(exp).any() and np.isinf(exp).any() and np.isfinite(exp).mean() > 0.5
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exp))
+    np.testing.assert_allclose(got, exp, rtol=RTOL, atol=RTOL * float(np.abs(exp[np.isfinite(exp)]).max()))
+    np.testing.assert_array_equal(relu, np.where(np.isnan(got), got, np.maximum(got, 0)))
+
+
 @pytest.mark.parametrize("rank", [1, 3])
 def test_conv_transpose_1d_3d(rank):
     sp = (7,) if rank == 1 else (3, 4, 2)
