@@ -28,6 +28,7 @@ from .. import ops
 from ..errors import NodeError, OptionError, PathUnavailableError
 from ..graph import Graph, Node
 from .base import Path, RunStats, Segment
+from .segment_services import silu_pairs
 
 log = logging.getLogger("gpubackend")
 
@@ -64,32 +65,13 @@ def resolve_engine(engine: str) -> str:
 
 
 class _Step(NamedTuple):
-    """One node of a compiled NumPy plan (with the nodes fused into it, see ``_silu_fusions``)."""
+    """One node of a compiled NumPy plan (with the nodes fused into it, see ``silu_pairs``)."""
 
     node: Node
     kernel: Any
     args: tuple[tuple[str | None, Any], ...]  # per input: (tensor name, None) or (None, constant or None)
     outputs: tuple[str, ...]  # the node's outputs, or the fused nodes' last output in place of its first
     release: tuple[str, ...]  # intermediates read for the last time here
-
-
-def _silu_fusions(nodes: list[Node], opset: int, readers: dict[str, int], keep: set[str]) -> dict[int, int]:
-    """SiLU written as two nodes, s = Sigmoid(y) then z = Mul(y, s) (YOLOv8's Conv blocks), where s is
-    read by nothing else: {index of the Sigmoid: index of the Mul}."""
-    standard = ("", "ai.onnx")
-    by_input: dict[frozenset[str], int] = {}
-    for idx, node in enumerate(nodes):
-        if node.op_type == "Mul" and node.domain in standard and opset >= 7 and len(node.inputs) == 2:
-            by_input.setdefault(frozenset(node.inputs), idx)
-    pairs = {}
-    for idx, node in enumerate(nodes):
-        if node.op_type != "Sigmoid" or node.domain not in standard or len(node.inputs) != 1:
-            continue
-        (y,), s = node.inputs, node.outputs[0]
-        mul = by_input.get(frozenset((y, s)))
-        if mul is not None and y != s and mul > idx and readers.get(s) == 1 and s not in keep:
-            pairs[idx] = mul
-    return pairs
 
 
 # Binary ops the plan may run in place, writing into an operand whose buffer nobody else holds.
@@ -148,7 +130,7 @@ class NumpySegment(Segment):
         steps: dict[int, tuple[Node, Any, tuple[str, ...]]] = {}
         for idx, node in enumerate(nodes):
             steps.setdefault(idx, (node, None, tuple(node.outputs)))
-        for sig, mul in _silu_fusions(nodes, self._opset, readers, keep).items():
+        for sig, mul in silu_pairs(nodes, self._opset, readers, keep).items():
             y, z = nodes[sig].inputs[0], nodes[mul].outputs[0]
             del steps[mul]
             conv = index_of.get(y)

@@ -14,10 +14,35 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..graph import Node
     from .base import RunStats
 
 S = TypeVar("S", bound=Hashable)
 T = TypeVar("T")
+
+# ---- fusion patterns -------------------------------------------------------------------------------
+
+
+def silu_pairs(nodes: list[Node], opset: int, readers: dict[str, int], keep: set[str]) -> dict[int, int]:
+    """SiLU written as two nodes, s = Sigmoid(y) then z = Mul(y, s) (YOLOv8's Conv blocks), where s is
+    read by nothing else (``readers``: reads per tensor in the whole graph) and not in ``keep``:
+    {index of the Sigmoid: index of the Mul}. The NumPy engine and gles2 fuse these pairs into the
+    kernel writing y (the compute paths do the same on their records, ``compute_kernels.fuse_gates``)."""
+    standard = ("", "ai.onnx")
+    by_input: dict[frozenset[str], int] = {}
+    for idx, node in enumerate(nodes):
+        if node.op_type == "Mul" and node.domain in standard and opset >= 7 and len(node.inputs) == 2:
+            by_input.setdefault(frozenset(node.inputs), idx)
+    pairs = {}
+    for idx, node in enumerate(nodes):
+        if node.op_type != "Sigmoid" or node.domain not in standard or len(node.inputs) != 1:
+            continue
+        (y,), s = node.inputs, node.outputs[0]
+        mul = by_input.get(frozenset((y, s)))
+        if mul is not None and y != s and mul > idx and readers.get(s) == 1 and s not in keep:
+            pairs[idx] = mul
+    return pairs
+
 
 # ---- liveness and storage reuse --------------------------------------------------------------------
 

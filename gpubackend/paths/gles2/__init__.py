@@ -10,6 +10,7 @@ programs, ``glDrawArrays`` and ``glReadPixels`` (RGBA / UNSIGNED_BYTE)."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,9 +22,9 @@ from ... import mixed_precision, tuning
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
-from ..segment_services import plan_storage, run_steps
+from ..segment_services import plan_storage, run_steps, silu_pairs
 from . import quant_kernels, slice_norm_kernels  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm to REGISTRY)
-from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
+from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, gen_conv, generate
 from .layout import Layout
 
 KEY = "gles2"
@@ -122,6 +123,34 @@ class _Step:
             self.bands = [((0, (i * c + ch) * h, width, h), rows[ch]) for i in range(n) for ch in range(c)]
 
 
+# the float Conv kernels that can apply SiLU as a gate (gen_conv(silu=True))
+_SILU_KERNELS = ("conv", "conv1x1", "depthwise")
+
+
+def _fuse_silu(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: set[str], cfg: Config) -> list[Any]:
+    """SiLU written as two nodes after a Conv, s = Sigmoid(y) and z = Mul(y, s) (YOLOv8's conv blocks),
+    where y and s are read by nothing else: the Conv's kernel writes z = y * Sigmoid(y) itself and
+    the Sigmoid and Mul draw nothing (their payloads become empty lists). Saves two draws, and the
+    RGBA8 encode and decode of two tensors, per pair."""
+    keep = outputs | set(graph.outputs)
+    readers = {name: len(users) for name, users in graph.consumers().items()}
+    index_of = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    out = list(payloads)
+    for sig, mul in silu_pairs(nodes, graph.opset, readers, keep).items():
+        y, z = nodes[sig].inputs[0], nodes[mul].outputs[0]
+        conv = index_of.get(y)
+        if conv is None or readers.get(y) != 2 or y in keep or graph.shape(z) != graph.shape(y):
+            continue
+        node, kernel = nodes[conv], out[conv]
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or node.attrs.get("_act") is not None \
+                or not isinstance(kernel, Kernel) or kernel.name not in _SILU_KERNELS:
+            continue
+        gated = gen_conv(replace(node, outputs=[z]), graph, cfg, silu=True)
+        gated.output = z
+        out[conv], out[sig], out[mul] = gated, [], []
+    return out
+
+
 class Gles2Segment(Segment):
     def __init__(self, path: Gles2Path, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]):
         super().__init__(KEY, nodes, inputs, outputs)
@@ -138,7 +167,7 @@ class Gles2Segment(Segment):
         self.fbos: dict[str, Any] = {}
         self._owned: list[Any] = []
         # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
-        payloads = path.kernels.payloads(nodes, graph, KEY)
+        payloads = _fuse_silu(nodes, path.kernels.payloads(nodes, graph, KEY), graph, set(outputs), cfg)
         every: list[tuple[Node, Kernel, str]] = [
             (node, k, k.output or node.outputs[0]) for node, payload in zip(nodes, payloads)
             for k in (payload if isinstance(payload, list) else [payload])]
