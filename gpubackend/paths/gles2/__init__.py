@@ -18,7 +18,7 @@ import numpy as np
 from capability_probe.errors import DriverUnavailable
 from gpubackend import shaders
 
-from ... import mixed_precision, tuning
+from ... import mixed_precision, ops, tuning
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
@@ -142,8 +142,8 @@ def _fuse_silu(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: se
         if conv is None or readers.get(y) != 2 or y in keep or graph.shape(z) != graph.shape(y):
             continue
         node, kernel = nodes[conv], out[conv]
-        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or node.attrs.get("_act") is not None \
-                or not isinstance(kernel, Kernel) or kernel.name not in _SILU_KERNELS:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or not isinstance(kernel, Kernel) \
+                or kernel.name not in _SILU_KERNELS or ops.require(node, graph, ops.ConvRecord).act is not None:
             continue
         gated = gen_conv(replace(node, outputs=[z]), graph, cfg, silu=True)
         gated.output = z

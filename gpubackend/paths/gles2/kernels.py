@@ -328,9 +328,7 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
     k = list(W.shape[2:])
     rec = ops.require(node, graph, ops.ConvRecord)
     g.act = rec.act
-    if silu:
-        if rec.act is not None or qscale is not None:
-            raise Decline("SiLU fuses into a float Conv without an activation of its own")
+    if silu:  # the caller checked: no activation of its own, float weights
         g.act, g.gate = ops.Activation("Sigmoid"), True
     s, dl, p = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     if nd == 1:
