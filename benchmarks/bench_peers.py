@@ -97,12 +97,23 @@ def rel_error(got: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> float:
     return worst
 
 
-def time_interleaved(runners: dict[str, Callable[[], Any]], blocks: int, runs: int) -> dict[str, list[float]]:
+# OpenBLAS's threads spin ~2^28 cycles (~0.13 s here) after their last call, on the cores the next
+# runner's threads want: the runner after one that may use them (the NumPy engine, see
+# fallback.allow_blas_threads) waits this long first (as bench_cpu.py does)
+BLAS_IDLE_S = 0.3
+
+
+def time_interleaved(runners: dict[str, Callable[[], Any]], blocks: int, runs: int,
+                     blas_users: Sequence[str] = ()) -> dict[str, list[float]]:
     """Seconds per run of each runner: ``blocks`` rounds of (settle run, ``runs`` timed runs) per
-    runner in turn."""
+    runner in turn; the runner after one of ``blas_users`` starts after a pause."""
     times: dict[str, list[float]] = {k: [] for k in runners}
+    previous = None
     for _ in range(blocks):
         for key, fn in runners.items():
+            if previous in blas_users:
+                time.sleep(BLAS_IDLE_S)
+            previous = key
             fn()  # settle: onnxruntime's idle workers spin after a run; sleeping would inflate all
             for _ in range(runs):
                 t0 = time.perf_counter()
@@ -415,7 +426,11 @@ def run_paths(paths: Sequence[str], prepared: dict[str, Any], args: argparse.Nam
             runners[key] = (lambda s: lambda: s.run(feeds))(sess)
         except Exception as exc:  # the cell says why; the other paths go on
             rows[key] = {"path": key, "failed": f"{type(exc).__name__}: {exc}"}
-    times = time_interleaved(runners, args.blocks, args.runs)
+    from gpubackend.paths.cpu import resolve_engine
+
+    numpy_engine = [key for key in runners
+                    if key == "cpu:numpy" or (key == "cpu" and resolve_engine("auto") == "numpy")]
+    times = time_interleaved(runners, args.blocks, args.runs, numpy_engine)
     for key in runners:
         if key != "onnxruntime":
             rows[key].update(summary(times[key], times["onnxruntime"]))
