@@ -124,11 +124,21 @@ Activation = Callable[[np.ndarray, "np.ndarray | None"], np.ndarray]
 
 def activation_function(act: tuple[str, dict] | None) -> Activation | None:
     """A fused activation ``(op_type, params)`` as ``fn(x, out)`` with its parameters bound (None for
-    no activation), so a caller that applies it many times resolves it once."""
+    no activation), so a caller that applies it many times resolves it once. With ``gate`` in the
+    params, ``x * act(x)`` (a gated Sigmoid is SiLU: :func:`silu`)."""
     if act is None:
         return None
     name, p = act
     p = p or {}
+    if p.get("gate"):
+        if name == "Sigmoid":
+            return silu
+        fn = _activation(name, p)
+        return lambda x, out: np.multiply(x, fn(x, None), out=out)
+    return _activation(name, p)
+
+
+def _activation(name: str, p: dict) -> Activation:
     if name == "Relu":
         return _relu
     if name == "Clip":

@@ -1,7 +1,7 @@
 """SiLU written as two nodes (Sigmoid, then Mul of its input by its output) fused into the epilogue
 of the conv / gemm / depthwise / ConvTranspose kernel that produces its input on the compute paths
 (compute_kernels.fuse_gates, GATE in shaders/compute/epilogue.glsl), and into the Conv kernels of
-gles2 (paths/gles2 ``_fuse_silu``), checked against onnxruntime with NaN and infinities, and by the
+gles2 and gles3 (``ops.silu_into``, a gated Sigmoid), checked against onnxruntime with NaN and infinities, and by the
 dispatch count."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ PRODUCERS = [pytest.param(("k3", "k1"), id="conv"),
 
 
 @pytest.mark.parametrize("names", PRODUCERS)
-@pytest.mark.parametrize("path", ["gles2", "gles31", "vulkan"])
+@pytest.mark.parametrize("path", ["gles2", "gles3", "gles31", "vulkan"])
 def test_silu_fuses_into_the_producer_and_keeps_nan_and_inf(path: str, names: tuple[str, ...],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     model = _silu_model(names)
@@ -68,13 +68,18 @@ def test_silu_fuses_into_the_producer_and_keeps_nan_and_inf(path: str, names: tu
     sess = gpubackend.Session(model, path=path, fallback=False)
     assert set(sess.placement.values()) == {path}
     got = sess.run({"x": x})
-    if path == "gles2":  # a conv may draw once per output channel: two draws fewer per fused pair
-        import gpubackend.paths.gles2 as gles2
+    if path in ("gles2", "gles3"):  # a conv may draw several times: two draws fewer per fused pair
+        if path == "gles2":
+            import gpubackend.paths.gles2 as gles2
 
-        monkeypatch.setattr(gles2, "_fuse_silu", lambda nodes, payloads, *args: payloads)
+            monkeypatch.setattr(gles2, "_fuse_silu", lambda nodes, payloads, *args: payloads)
+        else:
+            from gpubackend.paths.gles3 import Gles3Path
+
+            monkeypatch.setattr(Gles3Path, "_fuse_silu", lambda self, nodes, payloads, *args: (nodes, payloads))
         with gpubackend.Session(model, path=path, fallback=False) as unfused:
             np.testing.assert_allclose(unfused.run({"x": x})[-1], got[-1], rtol=0, atol=0)
-            fused = [name for name in names if name != "ct"]  # gles2 fuses into its Conv kernels only
+            fused = [name for name in names if name != "ct"]  # into their Conv kernels only
             assert sess.stats.dispatches == unfused.stats.dispatches - 2 * len(fused)
     else:  # one dispatch per fused producer, four for the kept chain (conv, Sigmoid, Mul, Add)
         assert sess.stats.dispatches == len(names) + 4

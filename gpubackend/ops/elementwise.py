@@ -371,7 +371,8 @@ def activation_defines(act: tuple[str, Mapping[str, Any]] | None) -> dict[str, o
     if act is None:
         return {"ACT": 0}
     code, p0, p1 = activation_params(act)
-    return {"ACT": code, "ACT_P0": glsl_float(p0, True), "ACT_P1": glsl_float(p1, True)}
+    gate = {"GATE": 1} if (act[1] or {}).get("gate") else {}  # x * activate(x) (ops.silu_into)
+    return {"ACT": code, "ACT_P0": glsl_float(p0, True), "ACT_P1": glsl_float(p1, True), **gate}
 
 
 def unary_defines(key: str, p0: float, p1: float) -> dict[str, object]:

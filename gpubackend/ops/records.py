@@ -154,6 +154,8 @@ class Activation:
     beta: float = 0.0
     min: float = -math.inf
     max: float = math.inf
+    # applied as a gate on the value, x * act(x): SiLU is a gated Sigmoid (see :func:`silu_into`)
+    gate: bool = False
 
     @property
     def params(self) -> tuple[float, float]:
@@ -169,14 +171,17 @@ class Activation:
 
     @property
     def spec(self) -> tuple[str, dict[str, float]]:
-        """The ``_act`` attribute form ``fallback`` reads: (op, params)."""
+        """The ``_act`` attribute form ``fallback`` reads: (op, params), ``gate`` 1 in the params
+        of a gated one."""
         if self.op == "Clip":
-            return "Clip", {"min": self.min, "max": self.max}
-        if self.op == "LeakyRelu":
-            return "LeakyRelu", {"alpha": self.alpha}
-        if self.op == "HardSigmoid":
-            return "HardSigmoid", {"alpha": self.alpha, "beta": self.beta}
-        return self.op, {}
+            params = {"min": self.min, "max": self.max}
+        elif self.op == "LeakyRelu":
+            params = {"alpha": self.alpha}
+        elif self.op == "HardSigmoid":
+            params = {"alpha": self.alpha, "beta": self.beta}
+        else:
+            params = {}
+        return self.op, {**params, "gate": 1} if self.gate else params
 
     @staticmethod
     def from_spec(spec: tuple[str, dict[str, float]] | None) -> Activation | None:
@@ -186,7 +191,7 @@ class Activation:
         defaults = {"LeakyRelu": {"alpha": 0.01}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5}}.get(op, {})
         p = {**defaults, **p}
         return Activation(op, float(p.get("alpha", 0.0)), float(p.get("beta", 0.0)),
-                          float(p.get("min", -math.inf)), float(p.get("max", math.inf)))
+                          float(p.get("min", -math.inf)), float(p.get("max", math.inf)), bool(p.get("gate", 0)))
 
 
 def activation(node: Node, graph: Graph) -> Activation | None:
@@ -218,6 +223,17 @@ def activation(node: Node, graph: Graph) -> Activation | None:
     if op in ("Relu", "HardSwish", "Sigmoid", "Tanh"):
         return Activation(op)
     return None
+
+
+def silu_into(conv: Node, output: str) -> Node:
+    """``conv`` (no fused activation of its own) writing ``output = y * Sigmoid(y)`` of its result
+    ``y``: SiLU written as Sigmoid and Mul nodes after it (YOLOv8's conv blocks), fused by a path
+    that found the pattern (``segment_services.silu_pairs``). Its record's activation is a gated
+    Sigmoid."""
+    if _fused(conv) is not None:
+        raise ValueError(f"{conv.name} has a fused activation already")
+    return Node(conv.name, conv.op_type, list(conv.inputs), [output],
+                {**conv.attrs, "_act": Activation("Sigmoid", gate=True).spec}, conv.domain)
 
 
 def _fused(node: Node) -> Activation | None:

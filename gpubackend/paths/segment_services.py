@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..graph import Node
+    from ..graph import Graph, Node
     from .base import RunStats
 
 S = TypeVar("S", bound=Hashable)
@@ -42,6 +42,31 @@ def silu_pairs(nodes: list[Node], opset: int, readers: dict[str, int], keep: set
         if mul is not None and y != s and mul > idx and readers.get(s) == 1 and s not in keep:
             pairs[idx] = mul
     return pairs
+
+
+def silu_convs(nodes: list[Node], graph: Graph, outputs: Iterable[str]) -> list[tuple[int, int, int]]:
+    """(conv, sigmoid, mul) indices in ``nodes`` of SiLU pairs (:func:`silu_pairs`) after a standard
+    Conv without an activation of its own, whose result y is read by the pair only, is not among
+    ``outputs`` (the segment's) or the graph's outputs, and has the Mul's shape: the Conv can write
+    the Mul's output itself (``ops.silu_into``) where the path's kernel for it applies a gate."""
+    from .. import ops
+
+    keep = set(outputs) | set(graph.outputs)
+    readers = {name: len(users) for name, users in graph.consumers().items()}
+    index_of = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    found = []
+    for sig, mul in silu_pairs(nodes, graph.opset, readers, keep).items():
+        y, z = nodes[sig].inputs[0], nodes[mul].outputs[0]
+        conv = index_of.get(y)
+        if conv is None or readers.get(y) != 2 or y in keep or graph.shape(z) != graph.shape(y):
+            continue
+        node = nodes[conv]
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            continue
+        rec = ops.lower(node, graph)
+        if isinstance(rec, ops.ConvRecord) and rec.act is None:
+            found.append((conv, sig, mul))
+    return found
 
 
 # ---- liveness and storage reuse --------------------------------------------------------------------

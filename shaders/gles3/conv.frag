@@ -6,6 +6,7 @@
 // unroll over input planes and output targets so that every weight index is uniform in the draw.
 #define CUSTOM_SLOTS
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 
 #include "gles3/conv_tap.glsl"
 
@@ -31,7 +32,7 @@ void compute_slots(int n, int g, int oy, int ox, out vec4 r[R_OUT]) {
 #ifdef QW
     conv_dequant(acc);  // int8 weights: scale * sum + bias (gpubackend/paths/gles3/quant.py)
 #endif
-    for (int p = 0; p < R_OUT; ++p) r[p] = activate(acc[p]);
+    for (int p = 0; p < R_OUT; ++p) r[p] = epilogue(acc[p]);
 }
 
 #include "gles3/main.glsl"

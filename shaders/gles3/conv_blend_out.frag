@@ -3,6 +3,7 @@
 // and the fused activation are applied here, and finish() zeroes the lanes past the channels
 // (the first pass's padded weights may have turned an input Inf into NaN there).
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 
 vec4 compute(int n, int g, int p, int y, int x) {
     int s = min(g * R_OUT + p, O_S - 1);
@@ -14,7 +15,7 @@ vec4 compute(int n, int g, int p, int y, int x) {
     int ly = n * O_H + y;
     int lx = x;
 #endif
-    return activate(A_plane(s - ga * A_R, 0, ga, ly, lx) + B_plane(p, 0, g, 0, 0));
+    return epilogue(A_plane(s - ga * A_R, 0, ga, ly, lx) + B_plane(p, 0, g, 0, 0));
 }
 
 #include "gles3/main.glsl"

@@ -7,6 +7,7 @@
 // (every tap written out, CONV_UNROLLED) or conv_tap() per tap.
 #define CUSTOM_SLOTS
 #include "common/elementwise.glsl"
+#include "compute/epilogue.glsl"
 #include "gles3/conv_tap.glsl"
 
 void compute_slots(int n, int g, int oy, int qx, out vec4 r[R_OUT]) {
@@ -20,7 +21,7 @@ void compute_slots(int n, int g, int oy, int qx, out vec4 r[R_OUT]) {
         for (int kx = 0; kx < KW; ++kx) conv_tap(n, oy, ox0, ky, kx, acc);
     }
 #endif
-    for (int q = 0; q < R_OUT; ++q) r[q] = activate(acc[q]);
+    for (int q = 0; q < R_OUT; ++q) r[q] = epilogue(acc[q]);
 }
 
 #include "gles3/main.glsl"

@@ -10,7 +10,6 @@ programs, ``glDrawArrays`` and ``glReadPixels`` (RGBA / UNSIGNED_BYTE)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from ... import mixed_precision, ops, tuning
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
-from ..segment_services import plan_storage, run_steps, silu_pairs
+from ..segment_services import plan_storage, run_steps, silu_convs
 from . import quant_kernels, slice_norm_kernels  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, gen_conv, generate
 from .layout import Layout
@@ -128,24 +127,17 @@ _SILU_KERNELS = ("conv", "conv1x1", "depthwise")
 
 
 def _fuse_silu(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: set[str], cfg: Config) -> list[Any]:
-    """SiLU written as two nodes after a Conv, s = Sigmoid(y) and z = Mul(y, s) (YOLOv8's conv blocks),
-    where y and s are read by nothing else: the Conv's kernel writes z = y * Sigmoid(y) itself and
-    the Sigmoid and Mul draw nothing (their payloads become empty lists). Saves two draws, and the
+    """SiLU written as two nodes after a Conv, s = Sigmoid(y) and z = Mul(y, s) (YOLOv8's conv blocks,
+    ``segment_services.silu_convs``): the Conv's kernel writes z = y * Sigmoid(y) itself and the
+    Sigmoid and Mul draw nothing (their payloads become empty lists). Saves two draws, and the
     RGBA8 encode and decode of two tensors, per pair."""
-    keep = outputs | set(graph.outputs)
-    readers = {name: len(users) for name, users in graph.consumers().items()}
-    index_of = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     out = list(payloads)
-    for sig, mul in silu_pairs(nodes, graph.opset, readers, keep).items():
-        y, z = nodes[sig].inputs[0], nodes[mul].outputs[0]
-        conv = index_of.get(y)
-        if conv is None or readers.get(y) != 2 or y in keep or graph.shape(z) != graph.shape(y):
+    for conv, sig, mul in silu_convs(nodes, graph, outputs):
+        kernel = out[conv]
+        if not isinstance(kernel, Kernel) or kernel.name not in _SILU_KERNELS:
             continue
-        node, kernel = nodes[conv], out[conv]
-        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or not isinstance(kernel, Kernel) \
-                or kernel.name not in _SILU_KERNELS or ops.require(node, graph, ops.ConvRecord).act is not None:
-            continue
-        gated = gen_conv(replace(node, outputs=[z]), graph, cfg, silu=True)
+        z = nodes[mul].outputs[0]
+        gated = gen_conv(ops.silu_into(nodes[conv], z), graph, cfg)
         gated.output = z
         out[conv], out[sig], out[mul] = gated, [], []
     return out

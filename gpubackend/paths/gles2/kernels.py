@@ -152,7 +152,6 @@ class _Gen:
         self.consts: dict[str, np.ndarray] = {}
         self.loaders: list[str] = []
         self.act: ops.Activation | None = None  # set by the generator from the node's record
-        self.gate = False  # the activation as a gate on the result, x * act(x) (SiLU: see gen_conv)
 
     # ---- tensors ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -287,7 +286,7 @@ class _Gen:
                      "if (j == 0) v.x = r; else v.y = r; }",
                      "    gl_FragColor = g2_encode16(v.x, v.y);"]
         main.append("}")
-        act = activation_function(None if self.act is None else self.act.spec, self.gate)
+        act = activation_function(None if self.act is None else self.act.spec)
         parts = [*self.loaders, act, body, *([pair] if pair and L.pack == 2 else []),
                  "\n".join(main)]
         src = shaders.source("gles2/kernel.frag", "100", defines) + "\n" + "\n".join(parts) + "\n"
@@ -305,12 +304,9 @@ def _spatial(gen: _Gen, x: str, y: str) -> tuple[tuple[int, ...], tuple[int, ...
     return xs, ys
 
 
-def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = None,
-             silu: bool = False) -> Kernel:
+def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = None) -> Kernel:
     """Conv; ``qscale``: the int8-weight kernel (``conv_q8``, ``conv1x1_q8``, ``depthwise_q8``),
-    the weights being ``q * qscale[output channel]`` (:func:`q8_weight_rows`). ``silu``: a Conv
-    without an activation of its own that writes ``y * Sigmoid(y)`` of its sum ``y`` (the segment
-    fuses SiLU written as Sigmoid and Mul nodes, ``Gles2Segment``)."""
+    the weights being ``q * qscale[output channel]`` (:func:`q8_weight_rows`)."""
     g = _Gen(node, graph, cfg)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -328,8 +324,6 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
     k = list(W.shape[2:])
     rec = ops.require(node, graph, ops.ConvRecord)
     g.act = rec.act
-    if silu:  # the caller checked: no activation of its own, float weights
-        g.act, g.gate = ops.Activation("Sigmoid"), True
     s, dl, p = list(rec.strides), list(rec.dilations), list(rec.pads_begin)
     if nd == 1:
         s, dl, p = [1] + s, [1] + dl, [0] + p
@@ -811,15 +805,18 @@ def gen_matmul(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None 
     return g.finish("matmul" if qscale is None else "matmul_q8", "\n".join(lines), ys, loops=loops)
 
 
-def activation_function(act: tuple[str, dict] | None, gate: bool = False) -> str:
+def activation_function(act: tuple[str, dict] | None) -> str:
     """``float activate(float x)`` for a fused activation ``(op, params)`` (identity for None),
-    rendered from the elementwise table, with the helper functions it needs; with ``gate``,
-    ``x * act(x)`` (the product the unfused Mul node computes)."""
+    rendered from the elementwise table, with the helper functions it needs; a gated one
+    (``gate`` in the params, ``ops.silu_into``) is ``x * act(x)``, the product the unfused Mul
+    node computes."""
     if act is None:
         return "float activate(float x) { return x; }"
     p = ew.unary_params(act[0], act[1] or {})
     expr, helpers = ew.render_scalar(ew.unary_op(act[0]), {"x": "x"}, p)
-    return f"{helpers}\nfloat activate(float x) {{ return {f'x * ({expr})' if gate else expr}; }}"
+    if (act[1] or {}).get("gate"):
+        expr = f"x * ({expr})"
+    return f"{helpers}\nfloat activate(float x) {{ return {expr}; }}"
 
 
 def nan_keeping(op_type: str, acc: str, v: str) -> tuple[str, str]:

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import mixed_precision, tuning
+from ... import mixed_precision, ops, tuning
 from ...graph import Graph, Node
 from .. import fp16_compute
 from ..base import Path, Segment
 from ..kernel_contract import KernelCache
+from ..segment_services import silu_convs
 from .kernels import REGISTRY, Kernel, Limits, single_output
 from .kernels import kernel_name as _kernel_name
 from .runtime import Gles3Segment
+
+# the kernels whose shaders end in compute/epilogue.glsl's epilogue() (GATE: SiLU fused, _fuse_silu)
+_GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_px", "conv_px_unpack", "conv_blend",
+                           "conv_blend_out"})
 
 # Render targets per pass (capped by GL_MAX_DRAW_BUFFERS). On llvmpipe 8 was fastest per
 # convolution (benchmarks/bench_gles3.py --targets); 4 keeps shaders small enough for llvmpipe's
@@ -113,12 +118,30 @@ class Gles3Path(Path):
                                             f" (first reason {why[name]})" if name in why else "")
                 for name, n in sorted(counts.items())]
 
+    def _fuse_silu(self, nodes: list[Node], payloads: list, graph: Graph,
+                   outputs: list[str]) -> tuple[list[Node], list]:
+        """SiLU written as Sigmoid and Mul nodes after a Conv (``segment_services.silu_convs``): the
+        Conv, as ``ops.silu_into`` (a gated Sigmoid: GATE in its shader's epilogue), writes the Mul's
+        output, and the Sigmoid and Mul are no steps; where both the Conv's kernels and the gated
+        ones are conv shaders with that epilogue. (node, payload) lists for the steps."""
+        step_nodes, out, fused = list(nodes), list(payloads), set()
+        for conv, sig, mul in silu_convs(nodes, graph, outputs):
+            gated = ops.silu_into(nodes[conv], nodes[mul].outputs[0])
+            hit = self.kernels.get(gated, graph)
+            if isinstance(hit, str) or not all(k.name in _GATE_KERNELS for p in (out[conv], hit.payload)
+                                               for k in (p if isinstance(p, list) else [p])):
+                continue
+            step_nodes[conv], out[conv] = gated, hit.payload
+            fused |= {sig, mul}
+        keep = [i for i in range(len(nodes)) if i not in fused]
+        return [step_nodes[i] for i in keep], [out[i] for i in keep]
+
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
         steps = []
         seg_node_of: dict[str, str] = {}  # step name -> the graph node it belongs to (per-node times)
-        payloads = self.kernels.payloads(nodes, graph, self.key)
-        for node, k in zip(nodes, payloads):
+        step_nodes, payloads = self._fuse_silu(nodes, self.kernels.payloads(nodes, graph, self.key), graph, outputs)
+        for node, k in zip(step_nodes, payloads):
             if isinstance(k, list):  # each kernel a step of its own: one per output (Split), or
                 # passes of one node, an earlier one writing a tensor a later one reads (Kernel.writes)
                 named = iter(o for o in node.outputs if o)
@@ -141,7 +164,7 @@ class Gles3Path(Path):
         if self.dtype == "f2":
             seg.notes = [mixed_precision.describe(nodes, graph, {n: fp32[n] for n in seg.storage_dtype
                                                                  if seg.storage_dtype[n] == "f4" and n in fp32})]
-        seg.notes = [*getattr(seg, "notes", []), *self._variant_notes(nodes, graph, payloads)]
+        seg.notes = [*getattr(seg, "notes", []), *self._variant_notes(step_nodes, graph, payloads)]
         seg.nodes = nodes  # the graph's nodes (re-planning after a driver failure moves these)
         seg.node_of = seg_node_of
         if self.poison:
