@@ -1,8 +1,8 @@
 """SiLU written as two nodes (Sigmoid, then Mul of its input by its output) fused into the epilogue
 of the conv / gemm / depthwise / ConvTranspose kernel that produces its input on the compute paths
 (compute_kernels.fuse_gates, GATE in shaders/compute/epilogue.glsl), and into the Conv kernels of
-gles2 and gles3 (``ops.silu_into``, a gated Sigmoid), checked against onnxruntime with NaN and infinities, and by the
-dispatch count."""
+gles2 and gles3 (``segment_services.fuse_silu``: a gated Sigmoid), checked against onnxruntime
+with NaN and infinities, and by the dispatch count."""
 
 from __future__ import annotations
 
@@ -69,14 +69,10 @@ def test_silu_fuses_into_the_producer_and_keeps_nan_and_inf(path: str, names: tu
     assert set(sess.placement.values()) == {path}
     got = sess.run({"x": x})
     if path in ("gles2", "gles3"):  # a conv may draw several times: two draws fewer per fused pair
-        if path == "gles2":
-            import gpubackend.paths.gles2 as gles2
+        import importlib
 
-            monkeypatch.setattr(gles2, "_fuse_silu", lambda nodes, payloads, *args: payloads)
-        else:
-            from gpubackend.paths.gles3 import Gles3Path
-
-            monkeypatch.setattr(Gles3Path, "_fuse_silu", lambda self, nodes, payloads, *args: (nodes, payloads))
+        monkeypatch.setattr(importlib.import_module(f"gpubackend.paths.{path}"), "fuse_silu",
+                            lambda nodes, payloads, *args: (nodes, payloads))
         with gpubackend.Session(model, path=path, fallback=False) as unfused:
             np.testing.assert_allclose(unfused.run({"x": x})[-1], got[-1], rtol=0, atol=0)
             fused = [name for name in names if name != "ct"]  # into their Conv kernels only

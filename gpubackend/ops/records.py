@@ -228,7 +228,7 @@ def activation(node: Node, graph: Graph) -> Activation | None:
 def silu_into(conv: Node, output: str) -> Node:
     """``conv`` (no fused activation of its own) writing ``output = y * Sigmoid(y)`` of its result
     ``y``: SiLU written as Sigmoid and Mul nodes after it (YOLOv8's conv blocks), fused by a path
-    that found the pattern (``segment_services.silu_pairs``). Its record's activation is a gated
+    that found the pattern (``segment_services.fuse_silu``). Its record's activation is a gated
     Sigmoid."""
     if _fused(conv) is not None:
         raise ValueError(f"{conv.name} has a fused activation already")

@@ -16,6 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..graph import Graph, Node
     from .base import RunStats
+    from .kernel_contract import KernelCache
 
 S = TypeVar("S", bound=Hashable)
 T = TypeVar("T")
@@ -48,7 +49,8 @@ def silu_convs(nodes: list[Node], graph: Graph, outputs: Iterable[str]) -> list[
     """(conv, sigmoid, mul) indices in ``nodes`` of SiLU pairs (:func:`silu_pairs`) after a standard
     Conv without an activation of its own, whose result y is read by the pair only, is not among
     ``outputs`` (the segment's) or the graph's outputs, and has the Mul's shape: the Conv can write
-    the Mul's output itself (``ops.silu_into``) where the path's kernel for it applies a gate."""
+    the Mul's output itself (``ops.silu_into``) where the path's kernel for it applies a gate
+    (:func:`fuse_silu`)."""
     from .. import ops
 
     keep = set(outputs) | set(graph.outputs)
@@ -67,6 +69,28 @@ def silu_convs(nodes: list[Node], graph: Graph, outputs: Iterable[str]) -> list[
         if isinstance(rec, ops.ConvRecord) and rec.act is None:
             found.append((conv, sig, mul))
     return found
+
+
+def fuse_silu(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: Iterable[str], kernels: KernelCache,
+              gate_kernels: frozenset[str]) -> tuple[list[Node], list[Any]]:
+    """The (node, payload) steps of a fragment path's segment with SiLU fused (:func:`silu_convs`):
+    the Conv becomes ``ops.silu_into`` (a gated Sigmoid, writing the Mul's output) and the Sigmoid
+    and Mul are no steps, where the path's kernels for the Conv, before and after, are all in
+    ``gate_kernels`` (the ones that apply the gate). Saves two draws per pair, and two tensors'
+    stores and loads."""
+    from .. import ops
+
+    steps, out, fused = list(nodes), list(payloads), set()
+    for conv, sig, mul in silu_convs(nodes, graph, outputs):
+        gated = ops.silu_into(nodes[conv], nodes[mul].outputs[0])
+        hit = kernels.get(gated, graph)
+        if isinstance(hit, str) or not all(k.kernel_name in gate_kernels for p in (out[conv], hit.payload)
+                                           for k in (p if isinstance(p, list) else [p])):
+            continue
+        steps[conv], out[conv] = gated, hit.payload
+        fused |= {sig, mul}
+    keep = [i for i in range(len(nodes)) if i not in fused]
+    return [steps[i] for i in keep], [out[i] for i in keep]
 
 
 # ---- liveness and storage reuse --------------------------------------------------------------------

@@ -17,13 +17,13 @@ import numpy as np
 from capability_probe.errors import DriverUnavailable
 from gpubackend import shaders
 
-from ... import mixed_precision, ops, tuning
+from ... import mixed_precision, tuning
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
-from ..segment_services import plan_storage, run_steps, silu_convs
+from ..segment_services import fuse_silu, plan_storage, run_steps
 from . import quant_kernels, slice_norm_kernels  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm to REGISTRY)
-from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, gen_conv, generate
+from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
 KEY = "gles2"
@@ -122,25 +122,8 @@ class _Step:
             self.bands = [((0, (i * c + ch) * h, width, h), rows[ch]) for i in range(n) for ch in range(c)]
 
 
-# the float Conv kernels that can apply SiLU as a gate (gen_conv(silu=True))
-_SILU_KERNELS = ("conv", "conv1x1", "depthwise")
-
-
-def _fuse_silu(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: set[str], cfg: Config) -> list[Any]:
-    """SiLU written as two nodes after a Conv, s = Sigmoid(y) and z = Mul(y, s) (YOLOv8's conv blocks,
-    ``segment_services.silu_convs``): the Conv's kernel writes z = y * Sigmoid(y) itself and the
-    Sigmoid and Mul draw nothing (their payloads become empty lists). Saves two draws, and the
-    RGBA8 encode and decode of two tensors, per pair."""
-    out = list(payloads)
-    for conv, sig, mul in silu_convs(nodes, graph, outputs):
-        kernel = out[conv]
-        if not isinstance(kernel, Kernel) or kernel.name not in _SILU_KERNELS:
-            continue
-        z = nodes[mul].outputs[0]
-        gated = gen_conv(ops.silu_into(nodes[conv], z), graph, cfg)
-        gated.output = z
-        out[conv], out[sig], out[mul] = gated, [], []
-    return out
+# the Conv kernels whose activate() applies a gated activation (SiLU fused: fuse_silu)
+GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise"})
 
 
 class Gles2Segment(Segment):
@@ -159,9 +142,10 @@ class Gles2Segment(Segment):
         self.fbos: dict[str, Any] = {}
         self._owned: list[Any] = []
         # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
-        payloads = _fuse_silu(nodes, path.kernels.payloads(nodes, graph, KEY), graph, set(outputs), cfg)
+        steps, payloads = fuse_silu(nodes, path.kernels.payloads(nodes, graph, KEY), graph, outputs, path.kernels,
+                                    GATE_KERNELS)
         every: list[tuple[Node, Kernel, str]] = [
-            (node, k, k.output or node.outputs[0]) for node, payload in zip(nodes, payloads)
+            (node, k, k.output or node.outputs[0]) for node, payload in zip(steps, payloads)
             for k in (payload if isinstance(payload, list) else [payload])]
         # a kernel whose output is already in its input's texture (Kernel.alias) is no draw: its
         # readers read the owner's texture; not where the owner is an uploaded input and the alias

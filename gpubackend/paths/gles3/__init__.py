@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import mixed_precision, ops, tuning
+from ... import mixed_precision, tuning
 from ...graph import Graph, Node
 from .. import fp16_compute
 from ..base import Path, Segment
 from ..kernel_contract import KernelCache
-from ..segment_services import silu_convs
+from ..segment_services import fuse_silu
 from .kernels import REGISTRY, Kernel, Limits, single_output
 from .kernels import kernel_name as _kernel_name
 from .runtime import Gles3Segment
 
-# the kernels whose shaders end in compute/epilogue.glsl's epilogue() (GATE: SiLU fused, _fuse_silu)
-_GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_px", "conv_px_unpack", "conv_blend",
+# the kernels whose shaders end in compute/epilogue.glsl's epilogue() (GATE: SiLU fused, fuse_silu)
+GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_px", "conv_px_unpack", "conv_blend",
                            "conv_blend_out"})
 
 # Render targets per pass (capped by GL_MAX_DRAW_BUFFERS). On llvmpipe 8 was fastest per
@@ -118,29 +118,12 @@ class Gles3Path(Path):
                                             f" (first reason {why[name]})" if name in why else "")
                 for name, n in sorted(counts.items())]
 
-    def _fuse_silu(self, nodes: list[Node], payloads: list, graph: Graph,
-                   outputs: list[str]) -> tuple[list[Node], list]:
-        """SiLU written as Sigmoid and Mul nodes after a Conv (``segment_services.silu_convs``): the
-        Conv, as ``ops.silu_into`` (a gated Sigmoid: GATE in its shader's epilogue), writes the Mul's
-        output, and the Sigmoid and Mul are no steps; where both the Conv's kernels and the gated
-        ones are conv shaders with that epilogue. (node, payload) lists for the steps."""
-        step_nodes, out, fused = list(nodes), list(payloads), set()
-        for conv, sig, mul in silu_convs(nodes, graph, outputs):
-            gated = ops.silu_into(nodes[conv], nodes[mul].outputs[0])
-            hit = self.kernels.get(gated, graph)
-            if isinstance(hit, str) or not all(k.name in _GATE_KERNELS for p in (out[conv], hit.payload)
-                                               for k in (p if isinstance(p, list) else [p])):
-                continue
-            step_nodes[conv], out[conv] = gated, hit.payload
-            fused |= {sig, mul}
-        keep = [i for i in range(len(nodes)) if i not in fused]
-        return [step_nodes[i] for i in keep], [out[i] for i in keep]
-
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Segment:
         kernels = {}
         steps = []
         seg_node_of: dict[str, str] = {}  # step name -> the graph node it belongs to (per-node times)
-        step_nodes, payloads = self._fuse_silu(nodes, self.kernels.payloads(nodes, graph, self.key), graph, outputs)
+        step_nodes, payloads = fuse_silu(nodes, self.kernels.payloads(nodes, graph, self.key), graph, outputs,
+                                         self.kernels, GATE_KERNELS)
         for node, k in zip(step_nodes, payloads):
             if isinstance(k, list):  # each kernel a step of its own: one per output (Split), or
                 # passes of one node, an earlier one writing a tensor a later one reads (Kernel.writes)
