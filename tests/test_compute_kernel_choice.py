@@ -229,3 +229,42 @@ def test_upsample_in_2x2_blocks_gives_the_same_bits(path: str, monkeypatch) -> N
         np.testing.assert_array_equal(got[0], got[1], err_msg=f"{shape} {scales} {coord} {mode} on {path}")
         want = fallback.run_node("Resize", [x, None, np.array(scales, np.float32)], attrs, 17)[0]
         np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6, err_msg=f"{shape} {scales} {coord} {mode}")
+
+
+@pytest.mark.parametrize("path", ["gles31", "vulkan"])
+def test_winograd_conv_keeps_ieee_specials(path: str) -> None:
+    """A Winograd layer's transforms mix the 16 inputs of a patch: an infinite input must still give
+    +-Inf (not NaN) where the direct sum does, and NaN only where it does. Specials at a corner, on
+    a border, inside a tile and at both parities, with a fused ReLU and a concat-free output."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import gpubackend
+    from tests.models import onnxruntime_outputs
+
+    rng = np.random.default_rng(5)
+    ci, co, size = 16, 64, 12  # Winograd untuned (co >= 64), 144 output pixels
+    w = (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32)
+    w[3, :, 1, 1] = 0.0  # output channel 3 multiplies the centre tap by zero: Inf * 0 is NaN there
+    b = rng.standard_normal(co).astype(np.float32)
+    x = rng.standard_normal((1, ci, size, size)).astype(np.float32)
+    for c, yy, xx, v in [(0, 0, 0, np.inf), (1, 5, 0, -np.inf), (2, 6, 7, np.inf), (5, 7, 6, -np.inf),
+                         (7, 11, 11, np.nan), (9, 3, 9, np.inf), (9, 3, 10, -np.inf)]:
+        x[0, c, yy, xx] = v
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, co, size, size])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    (want,) = onnxruntime_outputs(model, {"x": x})
+    sess = gpubackend.Session(model.SerializeToString(), path=path, fallback=False)
+    try:
+        assert "conv_winograd" in sess.explain(), sess.explain()
+        (got,) = sess.run({"x": x})
+    finally:
+        sess.close()
+    assert np.isinf(want).any() and np.isnan(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.where(np.isinf(want), want, 0), np.where(np.isinf(got), got, 0))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[finite]).max()))

@@ -763,10 +763,15 @@ def _conv_winograd(node: Node, graph: Graph, precision: str) -> list[Record]:
     groups, local = _tile_grid(co4, tw, g["n"] * th)
     transform_out = Kernel("conv_winograd", "compute/winograd_out.comp", _variant(precision, ACT=act),
                            (("oh", g["oh"]), ("ow", g["ow"]), ("co4", co4), ("co", co), ("th", th), ("tw", tw),
-                            ("tiles", tiles), ("act0", a0), ("act1", a1), ("oc4s", co4), ("oc4o", 0)),
+                            ("tiles", tiles), ("act0", a0), ("act1", a1), ("oc4s", co4), ("oc4o", 0),
+                            ("ih", g["ih"]), ("iw", g["iw"]), ("ci4", ci4), ("pt", g["pt"]), ("pl", g["pl"])),
                            (Binding("in", mname),
                             _source(graph, node, 2, "the bias", f"{node.name}/b", lambda b: _bias(b, co, co4)),
-                            Binding("out", node.outputs[0])), groups, local, node.name)
+                            Binding("out", node.outputs[0]),
+                            Binding("in", node.inputs[0]),  # the direct sum of a tile that is not finite
+                            _source(graph, node, 1, "the weight", f"{node.name}/wino_direct_w",
+                                    lambda w: _pack_blocks(w, co4))),
+                           groups, local, node.name)
     return [transform_in, products, transform_out]
 
 
