@@ -22,7 +22,7 @@ from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import fuse_silu, plan_storage, run_steps
-from . import quant_kernels, slice_norm_kernels  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm to REGISTRY)
+from . import quant_kernels, slice_norm_kernels, winograd  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm; Winograd to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
@@ -30,6 +30,7 @@ KEY = "gles2"
 GL_FRAGMENT_SHADER = 0x8B30
 GL_HIGH_FLOAT = 0x8DF2
 GL_TRIANGLES = 0x0004
+MAX_QUADS = 16  # quads per many-quad draw (Kernel.quads)
 
 
 def fragment_highp(ctx: Any) -> tuple[bool, str]:
@@ -62,6 +63,7 @@ class Runtime:
         self.max_units = int(info.get("GL_MAX_TEXTURE_IMAGE_UNITS", 8) or 8)
         self.max_uniform_vectors = int(info.get("GL_MAX_FRAGMENT_UNIFORM_VECTORS", 16) or 16)
         self.max_varying_vectors = int(info.get("GL_MAX_VARYING_VECTORS", 8) or 8)
+        self.max_vertex_uniform_vectors = int(info.get("GL_MAX_VERTEX_UNIFORM_VECTORS", 128) or 128)
         self.channel_varyings = tuning.device_class({"renderer": info.get("GL_RENDERER", "")}) == "llvmpipe"
         self.vertex = shaders.source("gles2/quad.vert", "100")
         # The quad and the VAOs (one per cached program) live as long as the context, like the
@@ -74,10 +76,24 @@ class Runtime:
                 shared["gles2.quad"] = quad
                 device.on_program_evicted.append(functools.partial(_forget_vao, device, quad[1]))
         self.vbo, self._vaos = quad
+        self._shared = shared
+        self._quads: Any = shared.get("gles2.quads") if shared is not None else None
+
+    def quads_vbo(self) -> Any:
+        """MAX_QUADS unit quads for shaders/gles2/quads.vert, (corner x, corner y, quad k) per vertex:
+        one buffer per context, like the quad."""
+        if self._quads is None:
+            corners = np.array([[0, 0], [1, 0], [0, 1], [0, 1], [1, 0], [1, 1]], np.float32)
+            data = np.concatenate([np.hstack([corners, np.full((6, 1), k, np.float32)]) for k in range(MAX_QUADS)])
+            self._quads = self.dev.buffer(data)
+            if self._shared is not None:
+                self._shared["gles2.quads"] = self._quads
+        return self._quads
 
     def config(self, precision: str, channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS) -> Config:
         return Config(precision, self.max_size, self.max_units, self.max_uniform_vectors, channel_draw_min_pixels,
-                      channel_varyings=self.channel_varyings, max_varying_vectors=self.max_varying_vectors)
+                      channel_varyings=self.channel_varyings, max_varying_vectors=self.max_varying_vectors,
+                      max_vertex_uniform_vectors=self.max_vertex_uniform_vectors)
 
     def program(self, kernel: Kernel) -> tuple[Any, Any]:
         prog = self.dev.program(kernel.vertex or self.vertex, kernel.fragment)
@@ -87,7 +103,11 @@ class Runtime:
             for i in range(len(kernel.inputs)):
                 if f"t{i}" in prog:
                     prog[f"t{i}"].value = i
-            self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
+            if kernel.quad_uniforms is not None:
+                quads = (self.quads_vbo(), "3f", "a_quad")
+                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [quads])
+            else:
+                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
         return prog, self._vaos[id(prog)]
 
     def texture(self, layout: Layout, data: bytes | None = None) -> Any:
@@ -115,7 +135,10 @@ class _Step:
             node, kernel, prog, vao, inputs, fbo, out
         # per-channel kernels: (viewport, u_w bytes) of each draw, the rows of one (n, c)
         self.bands: list[tuple[tuple[int, int, int, int], bytes]] = []
-        if kernel.channel_uniforms is not None:
+        if kernel.quad_uniforms is not None:
+            self.bands = [((i * kernel.quad_rows, 0, 0, 0), np.ascontiguousarray(u).tobytes())
+                          for i, u in enumerate(kernel.quad_uniforms)]
+        elif kernel.channel_uniforms is not None:
             n, c, h, _ = layout.d4
             width = layout.size[0]
             rows = [np.ascontiguousarray(u).tobytes() for u in kernel.channel_uniforms]
@@ -123,7 +146,7 @@ class _Step:
 
 
 # the Conv kernels whose activate() applies a gated activation (SiLU fused: fuse_silu)
-GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise"})
+GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_winograd"})
 
 
 class Gles2Segment(Segment):
@@ -243,6 +266,15 @@ class Gles2Segment(Segment):
             step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
         for unit, tex in enumerate(step.inputs):
             tex.use(location=unit)
+        if step.kernel.quad_uniforms is not None:  # many quads per draw, one draw per row of weights
+            weights, band = step.prog["u_w"], step.prog["u_band"]
+            for (row, *_), data in step.bands:
+                weights.write(data)
+                band.value = float(row)
+                rt.dev.dispatched()
+                step.vao.render(GL_TRIANGLES, vertices=6 * step.kernel.quads)
+                stats.dispatches += 1
+            return
         if step.bands:
             weights = step.prog["u_wv" if step.kernel.vertex else "u_w"]
             full = step.fbo.viewport  # the framebuffer keeps it: put back for its next user

@@ -64,6 +64,7 @@ class Config:
     # the same at every vertex as a cheap interpolation. On for llvmpipe, where it was measured.
     channel_varyings: bool = False
     max_varying_vectors: int = 8
+    max_vertex_uniform_vectors: int = 128  # GL_MAX_VERTEX_UNIFORM_VECTORS (quads.vert's weights)
 
     @property
     def pack(self) -> int:
@@ -109,6 +110,11 @@ class Kernel(KernelRecord):
     # a tensor whose texture already holds this kernel's output (DequantizeLinear(x, 1, 0): the
     # integers as floats): the segment reads that texture and skips the draw where it can
     alias: str = ""
+    # (draws, floats): a draw of ``quads`` (at most MAX_QUADS) quads (shaders/gles2/quads.vert, gles2/winograd.py) per
+    # row, the row its quads' weights ``u_w``; draw i sets ``u_band`` to i * quad_rows texture rows
+    quad_uniforms: np.ndarray | None = None
+    quads: int = 0
+    quad_rows: int = 0
 
     @property
     def kernel_name(self) -> str:
@@ -152,9 +158,12 @@ class _Gen:
         self.consts: dict[str, np.ndarray] = {}
         self.loaders: list[str] = []
         self.act: ops.Activation | None = None  # set by the generator from the node's record
+        self.scratch: dict[str, tuple[int, ...]] = {}  # tensors a generator names itself: their shapes
 
     # ---- tensors ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
+        if name in self.scratch:
+            return self.scratch[name]
         s = self.graph.shape(name)
         if s is None:
             raise Decline(f"the shape of {name!r} is not known statically")
