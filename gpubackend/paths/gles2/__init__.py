@@ -22,7 +22,7 @@ from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
 from ..segment_services import fuse_silu, plan_storage, run_steps
-from . import quant_kernels, slice_norm_kernels, winograd  # noqa: F401  (add Q/DQ; Slice, Split, BatchNorm; Winograd to REGISTRY)
+from . import quads, quant_kernels, slice_norm_kernels, winograd  # noqa: F401  (add to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
 
@@ -30,7 +30,6 @@ KEY = "gles2"
 GL_FRAGMENT_SHADER = 0x8B30
 GL_HIGH_FLOAT = 0x8DF2
 GL_TRIANGLES = 0x0004
-MAX_QUADS = 16  # quads per many-quad draw (Kernel.quads)
 
 
 def fragment_highp(ctx: Any) -> tuple[bool, str]:
@@ -80,11 +79,12 @@ class Runtime:
         self._quads: Any = shared.get("gles2.quads") if shared is not None else None
 
     def quads_vbo(self) -> Any:
-        """MAX_QUADS unit quads for shaders/gles2/quads.vert, (corner x, corner y, quad k) per vertex:
+        """quads.MAX_QUADS unit quads for shaders/gles2/quads.vert, (corner x, corner y, quad k) per vertex:
         one buffer per context, like the quad."""
         if self._quads is None:
             corners = np.array([[0, 0], [1, 0], [0, 1], [0, 1], [1, 0], [1, 1]], np.float32)
-            data = np.concatenate([np.hstack([corners, np.full((6, 1), k, np.float32)]) for k in range(MAX_QUADS)])
+            data = np.concatenate([np.hstack([corners, np.full((6, 1), q, np.float32)])
+                                   for q in range(quads.MAX_QUADS)])
             self._quads = self.dev.buffer(data)
             if self._shared is not None:
                 self._shared["gles2.quads"] = self._quads
@@ -103,9 +103,8 @@ class Runtime:
             for i in range(len(kernel.inputs)):
                 if f"t{i}" in prog:
                     prog[f"t{i}"].value = i
-            if kernel.quad_uniforms is not None:
-                quads = (self.quads_vbo(), "3f", "a_quad")
-                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [quads])
+            if kernel.quad_draws is not None:
+                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.quads_vbo(), "3f", "a_quad")])
             else:
                 self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
         return prog, self._vaos[id(prog)]
@@ -127,7 +126,7 @@ def _forget_vao(device: Any, vaos: dict[int, Any], prog: Any) -> None:
 
 
 class _Step:
-    __slots__ = ("node", "kernel", "prog", "vao", "inputs", "fbo", "out", "bands")
+    __slots__ = ("node", "kernel", "prog", "vao", "inputs", "fbo", "out", "bands", "quad_draws")
 
     def __init__(self, node: Node, kernel: Kernel, prog: Any, vao: Any, inputs: list[Any], fbo: Any, out: str,
                  layout: Layout):
@@ -135,10 +134,10 @@ class _Step:
             node, kernel, prog, vao, inputs, fbo, out
         # per-channel kernels: (viewport, u_w bytes) of each draw, the rows of one (n, c)
         self.bands: list[tuple[tuple[int, int, int, int], bytes]] = []
-        if kernel.quad_uniforms is not None:
-            self.bands = [((i * kernel.quad_rows, 0, 0, 0), np.ascontiguousarray(u).tobytes())
-                          for i, u in enumerate(kernel.quad_uniforms)]
-        elif kernel.channel_uniforms is not None:
+        # many-quad kernels: (first row, quads, u_w bytes) of each draw
+        self.quad_draws = [(first, count, np.ascontiguousarray(u).tobytes())
+                           for first, count, u in kernel.quad_draws or ()]
+        if kernel.channel_uniforms is not None:
             n, c, h, _ = layout.d4
             width = layout.size[0]
             rows = [np.ascontiguousarray(u).tobytes() for u in kernel.channel_uniforms]
@@ -146,7 +145,7 @@ class _Step:
 
 
 # the Conv kernels whose activate() applies a gated activation (SiLU fused: fuse_silu)
-GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_winograd"})
+GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_winograd", "conv1x1_quads"})
 
 
 class Gles2Segment(Segment):
@@ -236,7 +235,7 @@ class Gles2Segment(Segment):
 
     @property
     def draws(self) -> int:
-        return sum(len(step.bands) or 1 for step in self.steps)
+        return sum(len(step.quad_draws) or len(step.bands) or 1 for step in self.steps)
 
     def run(self, feeds: dict[str, np.ndarray], stats: RunStats) -> dict[str, np.ndarray]:
         import moderngl
@@ -266,13 +265,13 @@ class Gles2Segment(Segment):
             step.fbo.clear(1.0, 1.0, 1.0, 1.0)  # 0xFF bytes: NaN in both encodings
         for unit, tex in enumerate(step.inputs):
             tex.use(location=unit)
-        if step.kernel.quad_uniforms is not None:  # many quads per draw, one draw per row of weights
-            weights, band = step.prog["u_w"], step.prog["u_band"]
-            for (row, *_), data in step.bands:
+        if step.quad_draws:
+            weights, first_row = step.prog["u_w"], step.prog["u_first"]
+            for first, count, data in step.quad_draws:
                 weights.write(data)
-                band.value = float(row)
+                first_row.value = first
                 rt.dev.dispatched()
-                step.vao.render(GL_TRIANGLES, vertices=6 * step.kernel.quads)
+                step.vao.render(GL_TRIANGLES, vertices=6 * count)
                 stats.dispatches += 1
             return
         if step.bands:

@@ -110,11 +110,10 @@ class Kernel(KernelRecord):
     # a tensor whose texture already holds this kernel's output (DequantizeLinear(x, 1, 0): the
     # integers as floats): the segment reads that texture and skips the draw where it can
     alias: str = ""
-    # (draws, floats): a draw of ``quads`` (at most MAX_QUADS) quads (shaders/gles2/quads.vert, gles2/winograd.py) per
-    # row, the row its quads' weights ``u_w``; draw i sets ``u_band`` to i * quad_rows texture rows
-    quad_uniforms: np.ndarray | None = None
+    # many-quad draws (gles2/quads.py, shaders/gles2/quads.vert): (first texture row, quads, the
+    # quads' weights u_w) per draw, at most ``quads`` quads each
+    quad_draws: list[tuple[float, int, np.ndarray]] | None = None
     quads: int = 0
-    quad_rows: int = 0
 
     @property
     def kernel_name(self) -> str:

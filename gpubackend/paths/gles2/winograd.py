@@ -8,9 +8,9 @@ the weights into varyings:
 1. V = B^T d B of each 4x4 input patch (one per 2x2 output tile): the scratch tensor V (1, C,
    tiles_h, 16 tiles_w), entry k = 4a + b of the transform as column band k (so that one texture
    row holds one tensor row: no index division per fetch); each value is 4 fetches.
-2. M[k, m] = U[k, m, :] . V[k, :] (U = G g G^T, made on the host), M laid out as V: one draw per
-   output channel m whose 16 quads (one per band k, ``shaders/gles2/quads.vert``) carry
-   U[k, m, :] in varyings: C fetches and no weight loads per value.
+2. M[k, m] = U[k, m, :] . V[k, :] (U = G g G^T, made on the host), M laid out as V: quad GEMMs
+   (``quads.py``), a quad per (output channel m, band k) carrying U[k, m, :] in varyings: C
+   fetches and no weight loads per value.
 3. ``winograd_out``: Y = A^T M A (9 fetches per output), bias, the fused activation. An output
    whose sum is not finite (an infinite or NaN input in its window, or an overflow) is recomputed
    as the direct sum, so IEEE specials come out as the direct kernel gives them: the transforms
@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpubackend import shaders
-
 from ... import ops
 from ...graph import Graph, Node
 from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
-from .layout import Layout, LayoutError
+from .quads import chunk_limit, chunks, quad_products
 
 # weight transform G of F(2, 3); B^T and A^T are written out as adds in the shaders below
 WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 # fewer channels or pixels: the two extra draws and the transforms cost more than the fetches saved
 MIN_CHANNELS = 8
 MIN_PIXELS = 64
-MAX_CHUNKS = 4  # GEMM passes (input channels per pass: what the varyings hold, 124 on llvmpipe)
 NAME = "conv_winograd"
 
 
@@ -61,35 +58,20 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     c, m = xs[1], ys[1]
     if min(c, m) < MIN_CHANNELS or ys[2] * ys[3] < MIN_PIXELS:
         raise Decline(f"Winograd: {c} -> {m} channels at {ys[2]}x{ys[3]} is too small to pay")
-    # the GEMM's reduction in chunks of input channels whose weights fit the varyings (and, 16
-    # quads' worth, the vertex shader's uniforms); each chunk after the first adds the previous sum
-    nv_max = min(cfg.max_varying_vectors - 1, (cfg.max_vertex_uniform_vectors - 8) // 16)
-    if nv_max < 1:
-        raise Decline("Winograd: no room for the weights in the varyings")
-    nchunks = -(-c // (4 * nv_max))
-    if nchunks > MAX_CHUNKS:
-        raise Decline(f"Winograd: {c} input channels need more than {MAX_CHUNKS} GEMM passes")
-    step = 4 * -(-c // (4 * nchunks))
+    parts = chunks(c, chunk_limit(cfg, 16))
     th, tw = -(-ys[2] // 2), -(-ys[3] // 2)
     v_name = f"{node.name}/winograd_v"
     v_shape, m_shape = (1, c, th, 16 * tw), (1, m, th, 16 * tw)
-    try:
-        if any(Layout.of(s, 1, cfg.max_size).k != 1 for s in (v_shape, m_shape)):
-            raise Decline("Winograd: a transformed tensor needs more rows than a texture has")
-    except LayoutError as exc:
-        raise Decline(str(exc)) from exc
     pt, pl = rec.pads_begin
     u = np.einsum("ai,mcij,bj->mabc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G).reshape(m, 16, c)
     bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(m, np.float32)
     kernels = [_transform_in(node, graph, cfg, x, v_name, v_shape, xs, pt, pl)]
     m_name = ""
-    for i, c0 in enumerate(range(0, c, step)):
-        c1 = min(c, c0 + step)
-        nv = -(-(c1 - c0) // 4)
-        weights = np.zeros((m, 16, 4 * nv), np.float32)
-        weights[:, :, :c1 - c0] = u[:, :, c0:c1]
+    for i, (c0, c1) in enumerate(parts):
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
-        kernels.append(_products(node, graph, cfg, v_name, m_name, prev, v_shape, m_shape, c0, c1, weights))
+        shapes = {v_name: v_shape, m_name: m_shape, **({prev: m_shape} if prev else {})}
+        kernels.append(quad_products(NAME, node, graph, cfg, v_name, v_shape, m_name, m_shape, prev,
+                                     u[:, :, c0:c1], None, None, shapes, c0))
     kernels.append(_transform_out(node, graph, cfg, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
     return kernels
 
@@ -126,27 +108,6 @@ def _transform_in(node: Node, graph: Graph, cfg: Config, x: str, v_name: str, v_
         "    return (d11 + sa * d21) + sb * (d12 + sa * d22);",
         "}"]
     return g.finish(NAME, "\n".join(body), v_shape, output=v_name)
-
-
-def _products(node: Node, graph: Graph, cfg: Config, v_name: str, m_name: str, prev: str,
-              v_shape: tuple[int, ...], m_shape: tuple[int, ...], c0: int, c1: int, weights: np.ndarray) -> Kernel:
-    """M[m, ty, k tw + tx] = sum over c0 <= c < c1 of U[k, m, c] V[c, ty, k tw + tx] (plus ``prev``,
-    the sum of the channels before c0), one draw per output channel m."""
-    g = _Gen(node, graph, cfg)
-    g.scratch.update({v_name: v_shape, m_name: m_shape, **({prev: m_shape} if prev else {})})
-    ld = g.load(v_name)
-    start = f"{g.load(prev)}(0.0, c, h, w)" if prev else "0.0"
-    nv = weights.shape[2] // 4
-    terms = " ".join(f"acc += {ld}(0.0, {lit(ci)}, h, w) * v_w[{(ci - c0) // 4}].{'xyzw'[(ci - c0) % 4]};"
-                     for ci in range(c0, c1))
-    body = (f"varying vec4 v_w[{nv}];\n"
-            f"float compute(float n, float c, float h, float w) {{ float acc = {start}; {terms} return acc; }}")
-    kernel = g.finish(NAME, body, m_shape, output=m_name)
-    kernel.vertex = shaders.source("gles2/quads.vert", "100", {
-        "WEIGHT_VARYINGS": nv, "QUADS": 16, "BAND_ROWS": lit(m_shape[2]), "TARGET_ROWS": lit(m_shape[1] * m_shape[2])})
-    kernel.quad_uniforms = weights.reshape(m_shape[1], -1)
-    kernel.quads, kernel.quad_rows = 16, m_shape[2]
-    return kernel
 
 
 def _transform_out(node: Node, graph: Graph, cfg: Config, rec: ops.ConvRecord, x: str, m_name: str,
