@@ -689,7 +689,7 @@ def test_conv_with_channel_draws_matches_fallback(case, precision, varyings):
     if precision == "fp16":
         x = x.astype(np.float16).astype(np.float32)
     want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
-    path = gles2.create(precision, channel_draw_min_pixels=0)
+    path = gles2.create(precision, frozenset({"conv1x1_quads", "conv_winograd"}), channel_draw_min_pixels=0)
     path.poison = True
     if not path.runtime.channel_varyings:
         pytest.fail("channel_varyings is off on this llvmpipe context")
@@ -749,3 +749,79 @@ def test_segment_counts_its_weight_bytes():
         assert 4 * (w.size + b.size) <= seg.weight_bytes < 4 * 4 * (w.size + b.size)
     finally:
         seg.close()
+
+
+# ---- Winograd and quad GEMMs (gles2/winograd.py, gles2/quads.py) -------------------------------
+
+_QUAD_CASES = {
+    # name: (x shape, w shape, attrs, kernel, draws per run)
+    # 24 output channels: the GEMM's 384 quads take two draws (quads.MAX_QUADS)
+    "winograd": ((1, 16, 12, 12), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 2 + 1),
+    "winograd-odd-asymmetric": ((1, 9, 11, 9), (10, 9, 3, 3), {"pads": [2, 0, 1, 1], "_act": ("Relu", {})},
+                                "conv_winograd", 3),
+    "winograd-valid-silu": ((1, 12, 13, 12), (8, 12, 3, 3), {"_act": ("Sigmoid", {"gate": 1})}, "conv_winograd", 3),
+    # 130 input channels: two GEMM passes (a draw each), the second adding the first's sums
+    "winograd-chunked": ((1, 130, 10, 10), (9, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 2 + 1),
+    "1x1": ((1, 5, 7, 6), (11, 5, 1, 1), {"_act": ("Relu", {})}, "conv1x1_quads", 1),
+    "1x1-chunked": ((1, 300, 6, 5), (20, 300, 1, 1), {"_act": ("Sigmoid", {"gate": 1})}, "conv1x1_quads", 3),
+}
+
+
+@pytest.mark.parametrize("case", list(_QUAD_CASES))
+def test_winograd_and_quad_gemms_match_fallback(case):
+    """gles2's Winograd 3x3 convs and quad GEMMs against fallback with NaN-poisoned outputs and
+    +-Inf / NaN inputs: the transforms mix a patch's inputs, so an infinite input must still give
+    the direct sum's +-Inf (not NaN) and NaN only where the direct sum has it; odd sizes,
+    asymmetric and no padding, fused activations (SiLU's gate), reductions in several passes."""
+    xs, ws, attrs, kernel, draws = _QUAD_CASES[case]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(xs).astype(np.float32)
+    for c, y, z, v in [(0, 0, 0, np.inf), (1, 3, xs[3] - 1, -np.inf), (2, xs[2] // 2, 4, np.inf),
+                       (xs[1] - 1, xs[2] - 1, 1, np.nan), (3, 5, 2, -np.inf), (3, 5, 3, np.inf)]:
+        x[0, c, y, z] = v
+    consts = {"w": (rng.standard_normal(ws) * 0.3).astype(np.float32),
+              "b": rng.standard_normal(ws[0]).astype(np.float32)}
+    consts["w"][2, :, 0, 0] = 0.0  # 0 * Inf is NaN in the direct sum
+    want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
+    assert np.isinf(want).any() and np.isnan(want).any()
+    path = gpath()
+    got, stats, k = single("Conv", {"x": x}, consts, attrs, out_shape=tuple(want.shape), path=path)
+    assert k.name == kernel
+    assert stats.dispatches == draws
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.where(np.isinf(want), want, 0), np.where(np.isinf(got), got, 0))
+    finite = np.isfinite(want)
+    err = float(np.abs(got[finite] - want[finite]).max() / max(1.0, float(np.abs(want[finite]).max())))
+    assert err < 1e-5, err
+
+
+def test_winograd_and_quad_gemms_only_where_they_fit():
+    """Winograd takes 3x3 stride-1 undilated ungrouped convs of one image with enough channels and
+    pixels; the quad GEMMs need varyings for the weights (llvmpipe), fp32 and constant weights."""
+    from gpubackend.paths.gles2.kernels import Config, generate
+
+    cfg = Config("fp32", 16384, 16, 1024, channel_varyings=True, max_varying_vectors=32,
+                 max_vertex_uniform_vectors=4096)
+    w3 = {"w": np.ones((16, 16, 3, 3), np.float32)}
+    for shapes, consts, attrs, want in [
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv_winograd"),
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"strides": [2, 2]}, "conv"),
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"dilations": [2, 2]}, "conv"),
+        ({"x": (2, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv"),  # two images
+        ({"x": (1, 16, 4, 4), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv"),  # 16 pixels
+        ({"x": (1, 4, 12, 12), "w": (16, 4, 3, 3)}, {"w": np.ones((16, 4, 3, 3), np.float32)}, {}, "conv"),
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, {"w": np.full((16, 16, 3, 3), np.inf, np.float32)}, {},
+         "conv"),  # weights not finite
+        ({"x": (1, 16, 12, 12), "w": (8, 16, 1, 1)}, {"w": np.ones((8, 16, 1, 1), np.float32)}, {}, "conv1x1_quads"),
+        ({"x": (1, 16, 12, 12), "w": (8, 16, 1, 1)}, {"w": np.ones((8, 16, 1, 1), np.float32)},
+         {"pads": [1, 1, 1, 1]}, "conv"),
+    ]:
+        node, graph = _graph1("Conv", dict(shapes) | {"out_": tuple(reference(
+            "Conv", [np.zeros(shapes["x"], np.float32), consts["w"]], dict(attrs), 12).shape)}, consts, attrs, 12)
+        got = generate(node, graph, cfg)
+        assert not isinstance(got, str), got
+        assert got.kernel == want, (shapes, attrs, got.kernel)
+        for off in (Config("fp32", 16384, 16, 1024), Config("fp16", 16384, 16, 1024, channel_varyings=True,
+                                                             max_varying_vectors=32, max_vertex_uniform_vectors=4096)):
+            got = generate(node, graph, off)
+            assert isinstance(got, str) or got.kernel not in ("conv_winograd", "conv1x1_quads")

@@ -134,9 +134,12 @@ class _Step:
             node, kernel, prog, vao, inputs, fbo, out
         # per-channel kernels: (viewport, u_w bytes) of each draw, the rows of one (n, c)
         self.bands: list[tuple[tuple[int, int, int, int], bytes]] = []
-        # many-quad kernels: (first row, quads, u_w bytes) of each draw
-        self.quad_draws = [(first, count, np.ascontiguousarray(u).tobytes())
-                           for first, count, u in kernel.quad_draws or ()]
+        # many-quad kernels: (first row, quads, u_w bytes: the draw's weights, zeros past its quads)
+        self.quad_draws = []
+        for first, count, u in kernel.quad_draws or ():
+            full = np.zeros((kernel.quads, u.shape[1]), np.float32)
+            full[:len(u)] = u
+            self.quad_draws.append((first, count, full.tobytes()))
         if kernel.channel_uniforms is not None:
             n, c, h, _ = layout.d4
             width = layout.size[0]
@@ -205,6 +208,7 @@ class Gles2Segment(Segment):
             texs = []
             if k.channel_uniforms is not None:
                 self.weight_bytes += k.channel_uniforms.nbytes
+            self.weight_bytes += sum(u.nbytes for _, _, u in k.quad_draws or ())
             for name in (owner.get(i, i) for i in k.inputs):
                 if name not in self.textures:  # a constant: uploaded once, fp32
                     arr = k.consts[name] if name in k.consts else graph.constants[name]

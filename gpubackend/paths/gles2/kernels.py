@@ -111,7 +111,7 @@ class Kernel(KernelRecord):
     # integers as floats): the segment reads that texture and skips the draw where it can
     alias: str = ""
     # many-quad draws (gles2/quads.py, shaders/gles2/quads.vert): (first texture row, quads, the
-    # quads' weights u_w) per draw, at most ``quads`` quads each
+    # quads' weights, a row each) per draw, at most ``quads`` quads each (u_w holds ``quads`` rows)
     quad_draws: list[tuple[float, int, np.ndarray]] | None = None
     quads: int = 0
 

@@ -70,11 +70,8 @@ def quad_products(name: str, node: Node, graph: Graph, cfg: Config, src: str, sr
     packed[:, :, :c] = weights
     if bias is not None:
         packed[:, :, c] = np.asarray(bias, np.float32).reshape(-1, 1)
-    draws = []
-    for m0 in range(0, m, per_draw):
-        rows = np.zeros((per_draw * bands, 4 * nv), np.float32)
-        rows[:(min(m, m0 + per_draw) - m0) * bands] = packed[m0:m0 + per_draw].reshape(-1, 4 * nv)
-        draws.append((float(m0 * h), (min(m, m0 + per_draw) - m0) * bands, rows))
+    draws = [(float(m0 * h), (min(m, m0 + per_draw) - m0) * bands, packed[m0:m0 + per_draw].reshape(-1, 4 * nv))
+             for m0 in range(0, m, per_draw)]
     ld = g.load(src)
     start = f"{g.load(prev)}(0.0, c, h, w)" if prev else "0.0"
     if bias is not None:
