@@ -689,7 +689,7 @@ def test_conv_with_channel_draws_matches_fallback(case, precision, varyings):
     if precision == "fp16":
         x = x.astype(np.float16).astype(np.float32)
     want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
-    path = gles2.create(precision, frozenset({"conv1x1_quads", "conv_winograd"}), channel_draw_min_pixels=0)
+    path = gles2.create(precision, frozenset({"conv_quads", "conv_winograd"}), channel_draw_min_pixels=0)
     path.poison = True
     if not path.runtime.channel_varyings:
         pytest.fail("channel_varyings is off on this llvmpipe context")
@@ -727,9 +727,9 @@ def test_channel_draws_only_where_they_pay_and_fit():
     assert channel_weights(w, None, Config("fp32", 4096, 16, 1024, None), (1, 8, side, side)) is None
     assert channel_weights(w, None, Config("fp32", 4096, 16, 9 * 16 + 8), (1, 8, side, side)) is None
     assert channel_weights(w, None, Config("fp32", 4096, 16, 9 * 16 + 9), (1, 8, side, side)) is not None
-    # off: the one-draw kernel (not Winograd's three), same answer
+    # off: the one-draw kernel (not Winograd or the quad GEMMs), same answer
     x = rnd(1, 16, 12, 12)
-    path = gles2.create("fp32", frozenset({"conv_winograd"}), channel_draw_min_pixels=None)
+    path = gles2.create("fp32", frozenset({"conv_winograd", "conv_quads"}), channel_draw_min_pixels=None)
     got, stats, k = single("Conv", {"x": x}, {"w": w}, {"pads": [1, 1, 1, 1]}, path=path)
     assert k.channel_uniforms is None and stats.dispatches == 1
     want = reference("Conv", [x, w, None], {"pads": [1, 1, 1, 1]}, 17)
@@ -762,14 +762,18 @@ _QUAD_CASES = {
     "winograd-valid-silu": ((1, 12, 13, 12), (8, 12, 3, 3), {"_act": ("Sigmoid", {"gate": 1})}, "conv_winograd", 3),
     # 130 input channels: two GEMM passes (a draw each), the second adding the first's sums
     "winograd-chunked": ((1, 130, 10, 10), (9, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 2 + 1),
-    "1x1": ((1, 5, 7, 6), (11, 5, 1, 1), {"_act": ("Relu", {})}, "conv1x1_quads", 1),
-    "1x1-chunked": ((1, 300, 6, 5), (20, 300, 1, 1), {"_act": ("Sigmoid", {"gate": 1})}, "conv1x1_quads", 3),
+    "1x1": ((1, 5, 7, 6), (11, 5, 1, 1), {"_act": ("Relu", {})}, "conv_quads", 1),
+    # 144 (tap, channel) terms: two passes
+    "3x3-stride2": ((1, 16, 11, 10), (12, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "conv_quads", 2),
+    "5x3-dilated-asymmetric": ((1, 6, 12, 9), (7, 6, 5, 3), {"pads": [2, 1, 0, 3], "dilations": [2, 1],
+                                                             "_act": ("Relu", {})}, "conv_quads", 1),
+    "1x1-chunked": ((1, 300, 6, 5), (20, 300, 1, 1), {"_act": ("Sigmoid", {"gate": 1})}, "conv_quads", 3),
 }
 
 
 @pytest.mark.parametrize("case", list(_QUAD_CASES))
 def test_winograd_and_quad_gemms_match_fallback(case):
-    """gles2's Winograd 3x3 convs and quad GEMMs against fallback with NaN-poisoned outputs and
+    """gles2's Winograd 3x3 convs and quad GEMM convs against fallback with NaN-poisoned outputs and
     +-Inf / NaN inputs: the transforms mix a patch's inputs, so an infinite input must still give
     the direct sum's +-Inf (not NaN) and NaN only where the direct sum has it; odd sizes,
     asymmetric and no padding, fused activations (SiLU's gate), reductions in several passes."""
@@ -797,7 +801,8 @@ def test_winograd_and_quad_gemms_match_fallback(case):
 
 def test_winograd_and_quad_gemms_only_where_they_fit():
     """Winograd takes 3x3 stride-1 undilated ungrouped convs of one image with enough channels and
-    pixels; the quad GEMMs need varyings for the weights (llvmpipe), fp32 and constant weights."""
+    pixels and finite weights; the quad GEMMs other ungrouped convs of one image whose reduction
+    fits MAX_CHUNKS passes; both need varyings for the weights (llvmpipe), fp32, constant weights."""
     from gpubackend.paths.gles2.kernels import Config, generate
 
     cfg = Config("fp32", 16384, 16, 1024, channel_varyings=True, max_varying_vectors=32,
@@ -805,16 +810,19 @@ def test_winograd_and_quad_gemms_only_where_they_fit():
     w3 = {"w": np.ones((16, 16, 3, 3), np.float32)}
     for shapes, consts, attrs, want in [
         ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv_winograd"),
-        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"strides": [2, 2]}, "conv"),
-        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"dilations": [2, 2]}, "conv"),
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"strides": [2, 2]}, "conv_quads"),
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"dilations": [2, 2]}, "conv_quads"),
         ({"x": (2, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv"),  # two images
-        ({"x": (1, 16, 4, 4), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv"),  # 16 pixels
-        ({"x": (1, 4, 12, 12), "w": (16, 4, 3, 3)}, {"w": np.ones((16, 4, 3, 3), np.float32)}, {}, "conv"),
+        ({"x": (1, 16, 4, 4), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv_quads"),  # 16 pixels
+        ({"x": (1, 4, 12, 12), "w": (16, 4, 3, 3)}, {"w": np.ones((16, 4, 3, 3), np.float32)}, {}, "conv_quads"),
         ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, {"w": np.full((16, 16, 3, 3), np.inf, np.float32)}, {},
-         "conv"),  # weights not finite
-        ({"x": (1, 16, 12, 12), "w": (8, 16, 1, 1)}, {"w": np.ones((8, 16, 1, 1), np.float32)}, {}, "conv1x1_quads"),
+         "conv_quads"),  # weights not finite: no Winograd
+        ({"x": (1, 16, 12, 12), "w": (8, 16, 1, 1)}, {"w": np.ones((8, 16, 1, 1), np.float32)}, {}, "conv_quads"),
         ({"x": (1, 16, 12, 12), "w": (8, 16, 1, 1)}, {"w": np.ones((8, 16, 1, 1), np.float32)},
-         {"pads": [1, 1, 1, 1]}, "conv"),
+         {"pads": [1, 1, 1, 1]}, "conv_quads"),
+        # 9 x 200 (tap, channel) terms: more passes than quads.MAX_CHUNKS
+        ({"x": (1, 200, 12, 12), "w": (8, 200, 3, 3)}, {"w": np.ones((8, 200, 3, 3), np.float32)},
+         {"strides": [2, 2]}, "conv"),
     ]:
         node, graph = _graph1("Conv", dict(shapes) | {"out_": tuple(reference(
             "Conv", [np.zeros(shapes["x"], np.float32), consts["w"]], dict(attrs), 12).shape)}, consts, attrs, 12)
@@ -824,4 +832,4 @@ def test_winograd_and_quad_gemms_only_where_they_fit():
         for off in (Config("fp32", 16384, 16, 1024), Config("fp16", 16384, 16, 1024, channel_varyings=True,
                                                              max_varying_vectors=32, max_vertex_uniform_vectors=4096)):
             got = generate(node, graph, off)
-            assert isinstance(got, str) or got.kernel not in ("conv_winograd", "conv1x1_quads")
+            assert isinstance(got, str) or got.kernel not in ("conv_winograd", "conv_quads")

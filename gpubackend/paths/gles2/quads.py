@@ -9,7 +9,7 @@ shader hands the quad's weights to the fragments as varyings. A reduction longer
 varyings hold runs in chunks, each adding the previous chunk's sums (an RGBA8 fp32 round trip,
 exact). Only where the weights fit (``Config.channel_varyings``: llvmpipe), fp32.
 
-Used by Winograd's GEMMs (``winograd.py``) and by 1x1 convolutions (:func:`gen_conv1x1_quads`).
+Used by Winograd's GEMMs (``winograd.py``) and by ungrouped convolutions (:func:`gen_conv_quads`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .layout import Layout, LayoutError
 
 MAX_QUADS = 256  # quads in one draw (the vertex buffer's size)
 MAX_CHUNKS = 8  # passes over the reduction
-NAME_1X1 = "conv1x1_quads"
+NAME = "conv_quads"
 
 
 def chunk_limit(cfg: Config, bands: int) -> int:
@@ -46,23 +46,34 @@ def chunks(c: int, limit: int) -> list[tuple[int, int]]:
     return [(c0, min(c, c0 + step)) for c0 in range(0, c, step)]
 
 
-def quad_products(name: str, node: Node, graph: Graph, cfg: Config, src: str, src_shape: tuple[int, ...], dst: str,
-                  dst_shape: tuple[int, ...], prev: str, weights: np.ndarray, bias: np.ndarray | None,
-                  act: ops.Activation | None, scratch: dict[str, tuple[int, ...]], c0: int = 0) -> Kernel:
-    """dst[m, h, k W + w] = prev[m, h, k W + w] + bias[m] + sum_c weights[m, k, c] src[c0 + c, h, k W + w]
-    (``k`` one of the ``bands`` = weights.shape[1] column bands of width W = width / bands; prev and
-    bias optional), then ``act``. ``src`` and ``dst`` one image each, one texture row per tensor
-    row. One draw per group of output channels, a quad per (channel, band)."""
-    m, bands, c = weights.shape
-    g = _Gen(node, graph, cfg)
-    g.scratch.update(scratch)
-    g.act = act
-    h, width = dst_shape[2], dst_shape[3]
+def one_row_per_row(cfg: Config, *shapes: tuple[int, ...]) -> None:
+    """Decline unless each tensor's texture holds one tensor row per texture row (the quads'
+    bands are then rectangles)."""
     try:
-        if any(Layout.of(s, 1, cfg.max_size).k != 1 for s in (src_shape, dst_shape)):
+        if any(Layout.of(s, 1, cfg.max_size).k != 1 for s in shapes):
             raise Decline("a tensor of the GEMM needs more rows than a texture has")
     except LayoutError as exc:
         raise Decline(str(exc)) from exc
+
+
+def plain_terms(g: _Gen, src: str, c0: int, c1: int) -> list[tuple[str, str]]:
+    """Channels c0 .. c1-1 of ``src`` at the fragment's own (h, w): a GEMM operand."""
+    ld = g.load(src)
+    return [("", f"{ld}(0.0, {lit(ci)}, h, w)") for ci in range(c0, c1)]
+
+
+def quad_products(name: str, g: _Gen, dst: str, dst_shape: tuple[int, ...], prev: str, weights: np.ndarray,
+                  terms: list[tuple[str, str]], bias: np.ndarray | None, setup: str = "") -> Kernel:
+    """dst[m, h, k W + w] = prev[m, h, k W + w] + bias[m] + sum_j weights[m, k, j] term_j (``k``
+    one of the ``bands`` = weights.shape[1] column bands of width W = width / bands; prev and
+    bias optional), then ``g.act``. ``terms``: (guard, GLSL value) per j, the value counted where
+    the guard (if any) holds, both in terms of the fragment's (c, h, w) and ``setup``'s locals.
+    ``dst`` one image, one texture row per tensor row. One draw per group of output channels,
+    a quad per (channel, band)."""
+    cfg = g.cfg
+    m, bands, c = weights.shape
+    h, width = dst_shape[2], dst_shape[3]
+    one_row_per_row(cfg, dst_shape)
     lanes = c + (bias is not None)
     nv = -(-lanes // 4)
     per_draw = max(1, min(MAX_QUADS, (cfg.max_vertex_uniform_vectors - 8) // nv) // bands)  # output channels
@@ -72,13 +83,15 @@ def quad_products(name: str, node: Node, graph: Graph, cfg: Config, src: str, sr
         packed[:, :, c] = np.asarray(bias, np.float32).reshape(-1, 1)
     draws = [(float(m0 * h), (min(m, m0 + per_draw) - m0) * bands, packed[m0:m0 + per_draw].reshape(-1, 4 * nv))
              for m0 in range(0, m, per_draw)]
-    ld = g.load(src)
     start = f"{g.load(prev)}(0.0, c, h, w)" if prev else "0.0"
     if bias is not None:
         start += f" + v_w[{c // 4}].{'xyzw'[c % 4]}"
-    terms = " ".join(f"acc += {ld}(0.0, {lit(c0 + ci)}, h, w) * v_w[{ci // 4}].{'xyzw'[ci % 4]};" for ci in range(c))
+    lines = []
+    for j, (guard, value) in enumerate(terms):
+        term = f"acc += {value} * v_w[{j // 4}].{'xyzw'[j % 4]};"
+        lines.append(f"if ({guard}) {term}" if guard else term)
     body = (f"varying vec4 v_w[{nv}];\n"
-            f"float compute(float n, float c, float h, float w) {{ float acc = {start}; {terms} "
+            f"float compute(float n, float c, float h, float w) {{ {setup} float acc = {start}; {' '.join(lines)} "
             "return activate(acc); }")
     kernel = g.finish(name, body, dst_shape, output=dst)
     kernel.vertex = shaders.source("gles2/quads.vert", "100", {
@@ -89,9 +102,11 @@ def quad_products(name: str, node: Node, graph: Graph, cfg: Config, src: str, sr
     return kernel
 
 
-def gen_conv1x1_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
-    """A 1x1 convolution (stride 1, no padding, one group, one image) as quad GEMMs: bias in the
-    first chunk, the fused activation in the last."""
+def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
+    """An ungrouped 2-D convolution of one image (any kernel, stride, dilation, padding) as quad
+    GEMMs over (tap, input channel), taps outermost: bias in the first chunk, the fused
+    activation in the last. Taps that never leave the input (all of a 1x1 unpadded conv's) need
+    no bounds check."""
     rec = ops.require(node, graph, ops.ConvRecord)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -103,23 +118,44 @@ def gen_conv1x1_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     if wname not in graph.constants or (b and b not in graph.constants):
         raise Decline("the weights and bias must be constants")
     w = np.asarray(graph.constants[wname], np.float32)
-    if (len(xs) != 4 or xs[0] != 1 or w.shape[2:] != (1, 1) or rec.group != 1 or any(rec.pads_begin)
-            or any(rec.pads_end) or any(s != 1 for s in rec.strides)):
-        raise Decline("not a 1x1 stride-1 unpadded ungrouped convolution of one image")
+    if len(xs) != 4 or xs[0] != 1 or rec.group != 1:
+        raise Decline("not an ungrouped 2-D convolution of one image")
+    kh, kw = w.shape[2:]
+    (sh, sw), (dh, dw), (pt, pl) = rec.strides, rec.dilations, rec.pads_begin
     c, m = xs[1], ys[1]
+    one_row_per_row(cfg, xs)
+    taps = [(t // kw, t % kw) for t in range(kh * kw)]
+    setup = []
+    guards = []
+    for t, (i, j) in enumerate(taps):
+        setup.append(f"float ih{t} = h * {lit(sh)} + {lit(i * dh - pt)}; "
+                     f"float iw{t} = w * {lit(sw)} + {lit(j * dw - pl)};")
+        cond = []
+        if -pt + i * dh < 0 or (ys[2] - 1) * sh - pt + i * dh >= xs[2]:
+            cond.append(f"ih{t} >= 0.0 && ih{t} < {lit(xs[2])}")
+        if -pl + j * dw < 0 or (ys[3] - 1) * sw - pl + j * dw >= xs[3]:
+            cond.append(f"iw{t} >= 0.0 && iw{t} < {lit(xs[3])}")
+        if cond:
+            setup.append(f"bool ok{t} = {' && '.join(cond)};")
+        guards.append(f"ok{t}" if cond else "")
     bias = graph.constants[b].astype(np.float32).reshape(-1) if b else None
-    parts = chunks(c, chunk_limit(cfg, 1))
+    wt = w.reshape(m, c, kh * kw).transpose(0, 2, 1).reshape(m, 1, -1)  # (tap, channel), taps outermost
+    parts = chunks(kh * kw * c, chunk_limit(cfg, 1))
     kernels, prev = [], ""
-    for i, (c0, c1) in enumerate(parts):
+    for i, (j0, j1) in enumerate(parts):
         last = i == len(parts) - 1
         dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
-        kernels.append(quad_products(NAME_1X1, node, graph, cfg, x, xs, dst, ys, prev, w.reshape(m, 1, c)[:, :, c0:c1],
-                                     bias if i == 0 else None, rec.act if last else None,
-                                     ({} if last else {dst: ys}) | ({prev: ys} if prev else {}), c0))
+        k = _Gen(node, graph, cfg)
+        k.scratch.update(({} if last else {dst: ys}) | ({prev: ys} if prev else {}))
+        k.act = rec.act if last else None
+        ld = k.load(x)
+        terms = [(guards[j // c], f"{ld}(0.0, {lit(j % c)}, ih{j // c}, iw{j // c})") for j in range(j0, j1)]
+        kernels.append(quad_products(NAME, k, dst, ys, prev, wt[:, :, j0:j1], terms, bias if i == 0 else None,
+                                     " ".join(setup)))
         prev = dst
     return kernels
 
 
 # before the channel-draw kernel (the int8-weight one stays first)
 _conv = REGISTRY["Conv"]
-_conv.insert([name for name, _ in _conv].index("conv"), (NAME_1X1, gen_conv1x1_quads))
+_conv.insert([name for name, _ in _conv].index("conv"), (NAME, gen_conv_quads))

@@ -26,7 +26,8 @@ import numpy as np
 from ... import ops
 from ...graph import Graph, Node
 from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
-from .quads import chunk_limit, chunks, quad_products
+from .quads import NAME as QUADS_NAME
+from .quads import chunk_limit, chunks, one_row_per_row, plain_terms, quad_products
 
 # weight transform G of F(2, 3); B^T and A^T are written out as adds in the shaders below
 WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -62,6 +63,7 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     th, tw = -(-ys[2] // 2), -(-ys[3] // 2)
     v_name = f"{node.name}/winograd_v"
     v_shape, m_shape = (1, c, th, 16 * tw), (1, m, th, 16 * tw)
+    one_row_per_row(cfg, v_shape)
     pt, pl = rec.pads_begin
     u = np.einsum("ai,mcij,bj->mabc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G).reshape(m, 16, c)
     bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(m, np.float32)
@@ -69,9 +71,10 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     m_name = ""
     for i, (c0, c1) in enumerate(parts):
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
-        shapes = {v_name: v_shape, m_name: m_shape, **({prev: m_shape} if prev else {})}
-        kernels.append(quad_products(NAME, node, graph, cfg, v_name, v_shape, m_name, m_shape, prev,
-                                     u[:, :, c0:c1], None, None, shapes, c0))
+        k = _Gen(node, graph, cfg)
+        k.scratch.update({v_name: v_shape, m_name: m_shape, **({prev: m_shape} if prev else {})})
+        kernels.append(quad_products(NAME, k, m_name, m_shape, prev, u[:, :, c0:c1], plain_terms(k, v_name, c0, c1),
+                                     None))
     kernels.append(_transform_out(node, graph, cfg, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
     return kernels
 
@@ -156,6 +159,6 @@ def _transform_out(node: Node, graph: Graph, cfg: Config, rec: ops.ConvRecord, x
     return g.finish(NAME, "\n".join(body), ys, loops=4 + c + 1)
 
 
-# before the direct kernel, after the int8-weight one (quant_kernels puts it first)
+# before the quad GEMM and channel-draw kernels, after the int8-weight one (quant_kernels puts it first)
 _conv = REGISTRY["Conv"]
-_conv.insert([name for name, _ in _conv].index("conv"), (NAME, gen_conv_winograd))
+_conv.insert([name for name, _ in _conv].index(QUADS_NAME), (NAME, gen_conv_winograd))
