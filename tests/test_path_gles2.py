@@ -755,13 +755,14 @@ def test_segment_counts_its_weight_bytes():
 
 _QUAD_CASES = {
     # name: (x shape, w shape, attrs, kernel, draws per run)
-    # 24 output channels: the GEMM's 384 quads take two draws (quads.MAX_QUADS)
-    "winograd": ((1, 16, 12, 12), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 2 + 1),
-    "winograd-odd-asymmetric": ((1, 9, 11, 9), (10, 9, 3, 3), {"pads": [2, 0, 1, 1], "_act": ("Relu", {})},
-                                "conv_winograd", 3),
-    "winograd-valid-silu": ((1, 12, 13, 12), (8, 12, 3, 3), {"_act": ("Sigmoid", {"gate": 1})}, "conv_winograd", 3),
-    # 130 input channels: two GEMM passes (a draw each), the second adding the first's sums
-    "winograd-chunked": ((1, 130, 10, 10), (9, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 2 + 1),
+    # 40 output channels: the GEMM's 640 quads take three draws (quads.MAX_QUADS)
+    "winograd": ((1, 32, 12, 12), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 3 + 1),
+    "winograd-odd-asymmetric": ((1, 33, 11, 9), (34, 33, 3, 3), {"pads": [2, 0, 1, 1], "_act": ("Relu", {})},
+                                "conv_winograd", 1 + 3 + 1),
+    "winograd-valid-silu": ((1, 32, 13, 12), (32, 32, 3, 3), {"_act": ("Sigmoid", {"gate": 1})}, "conv_winograd",
+                            1 + 2 + 1),
+    # 130 input channels: two GEMM passes (three draws each), the second adding the first's sums
+    "winograd-chunked": ((1, 130, 10, 10), (33, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 6 + 1),
     "1x1": ((1, 5, 7, 6), (11, 5, 1, 1), {"_act": ("Relu", {})}, "conv_quads", 1),
     # 144 (tap, channel) terms: two passes
     "3x3-stride2": ((1, 16, 11, 10), (12, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "conv_quads", 2),
@@ -809,7 +810,9 @@ def test_winograd_and_quad_gemms_only_where_they_fit():
                  max_vertex_uniform_vectors=4096)
     w3 = {"w": np.ones((16, 16, 3, 3), np.float32)}
     for shapes, consts, attrs, want in [
-        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv_winograd"),
+        ({"x": (1, 32, 12, 12), "w": (32, 32, 3, 3)}, {"w": np.ones((32, 32, 3, 3), np.float32)},
+         {"pads": [1, 1, 1, 1]}, "conv_winograd"),
+        ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv_quads"),  # 16 channels
         ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"strides": [2, 2]}, "conv_quads"),
         ({"x": (1, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"dilations": [2, 2]}, "conv_quads"),
         ({"x": (2, 16, 12, 12), "w": (16, 16, 3, 3)}, w3, {"pads": [1, 1, 1, 1]}, "conv"),  # two images
