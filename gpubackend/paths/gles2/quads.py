@@ -14,6 +14,8 @@ Used by Winograd's GEMMs (``winograd.py``) and by ungrouped convolutions (:func:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from gpubackend import shaders
@@ -102,11 +104,18 @@ def quad_products(name: str, g: _Gen, dst: str, dst_shape: tuple[int, ...], prev
     return kernel
 
 
-def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
-    """An ungrouped 2-D convolution of one image (any kernel, stride, dilation, padding) as quad
-    GEMMs over (tap, input channel), taps outermost: bias in the first chunk, the fused
-    activation in the last. Taps that never leave the input (all of a 1x1 unpadded conv's) need
-    no bounds check."""
+class ConvOperands(NamedTuple):
+    rec: ops.ConvRecord
+    x: str
+    xs: tuple[int, ...]
+    ys: tuple[int, ...]
+    w: np.ndarray
+    bias: np.ndarray | None
+
+
+def conv_operands(node: Node, graph: Graph, cfg: Config) -> ConvOperands:
+    """What a quad-GEMM convolution needs, or a Decline: fp32 with the weights in varyings
+    (``Config.channel_varyings``), constant float weights and bias, one group, one 2-D image."""
     rec = ops.require(node, graph, ops.ConvRecord)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -117,9 +126,18 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         raise Decline("needs fp32 and the weights in varyings (Config.channel_varyings)")
     if wname not in graph.constants or (b and b not in graph.constants):
         raise Decline("the weights and bias must be constants")
-    w = np.asarray(graph.constants[wname], np.float32)
     if len(xs) != 4 or xs[0] != 1 or rec.group != 1:
         raise Decline("not an ungrouped 2-D convolution of one image")
+    bias = graph.constants[b].astype(np.float32).reshape(-1) if b else None
+    return ConvOperands(rec, x, xs, ys, np.asarray(graph.constants[wname], np.float32), bias)
+
+
+def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
+    """An ungrouped 2-D convolution of one image (any kernel, stride, dilation, padding) as quad
+    GEMMs over (tap, input channel), taps outermost: bias in the first chunk, the fused
+    activation in the last. Taps that never leave the input (all of a 1x1 unpadded conv's) need
+    no bounds check."""
+    rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
     kh, kw = w.shape[2:]
     (sh, sw), (dh, dw), (pt, pl) = rec.strides, rec.dilations, rec.pads_begin
     c, m = xs[1], ys[1]
@@ -138,7 +156,6 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         if cond:
             setup.append(f"bool ok{t} = {' && '.join(cond)};")
         guards.append(f"ok{t}" if cond else "")
-    bias = graph.constants[b].astype(np.float32).reshape(-1) if b else None
     wt = w.reshape(m, c, kh * kw).transpose(0, 2, 1).reshape(m, 1, -1)  # (tap, channel), taps outermost
     parts = chunks(kh * kw * c, chunk_limit(cfg, 1))
     kernels, prev = [], ""

@@ -1,9 +1,7 @@
 """gles2 3x3 stride-1 convolution as Winograd F(2x2, 3x3), in three draws of RGBA8 fp32 tensors.
 
-On llvmpipe a gles2 multiply-add costs a texel fetch, an RGBA8 decode and, for a 3x3 conv of
-more than 13 input channels, a weight loaded lane by lane from the uniform array (the weights
-do not fit the varyings). Winograd cuts the fetches per output from 9 C to about 4 C and moves
-the weights into varyings:
+A gles2 multiply-add costs a texel fetch and an RGBA8 decode (on llvmpipe about 90% of the
+direct kernel's time): Winograd cuts them from 9 C per output to 4 C plus the transforms' share:
 
 1. V = B^T d B of each 4x4 input patch (one per 2x2 output tile): the scratch tensor V (1, C,
    tiles_h, 16 tiles_w), entry k = 4a + b of the transform as column band k (so that one texture
@@ -25,12 +23,11 @@ import numpy as np
 
 from ... import ops
 from ...graph import Graph, Node
+from ..compute_kernels import WINOGRAD_G  # F(2, 3)'s weight transform; B^T and A^T are adds below
 from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
 from .quads import NAME as QUADS_NAME
-from .quads import chunk_limit, chunks, one_row_per_row, plain_terms, quad_products
+from .quads import chunk_limit, chunks, conv_operands, one_row_per_row, plain_terms, quad_products
 
-# weight transform G of F(2, 3); B^T and A^T are written out as adds in the shaders below
-WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 # fewer channels or pixels: the extra passes and per-fragment work cost more than the fetches saved
 # (16 -> 16 channels at 80x80 ran 0.73x as fast as the quad-GEMM conv, 32 -> 32 at 40x40 1.15x faster)
 MIN_CHANNELS = 32
@@ -39,22 +36,9 @@ NAME = "conv_winograd"
 
 
 def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
-    rec = ops.require(node, graph, ops.ConvRecord)
-    x, wname = node.inputs[0], node.inputs[1]
-    b = node.inputs[2] if len(node.inputs) > 2 else ""
-    g = _Gen(node, graph, cfg)
-    g.check_float(x, node.outputs[0], wname, *([b] if b else []))
-    xs, ys = g.shape(x), g.shape(node.outputs[0])
-    if len(xs) != 4 or xs[0] != 1:
-        raise Decline("Winograd: one image of a 2-D convolution only")
-    if wname not in graph.constants or (b and b not in graph.constants):
-        raise Decline("Winograd: the weights and bias must be constants")
-    w = np.asarray(graph.constants[wname], np.float32)
-    if (w.shape[2:] != (3, 3) or list(rec.strides) != [1, 1] or list(rec.dilations) != [1, 1]
-            or rec.group != 1):
-        raise Decline("Winograd: not a 3x3 stride-1 undilated ungrouped convolution")
-    if not cfg.channel_varyings or cfg.pack != 1:
-        raise Decline("Winograd: needs fp32 and the weights in varyings (Config.channel_varyings)")
+    rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
+    if w.shape[2:] != (3, 3) or list(rec.strides) != [1, 1] or list(rec.dilations) != [1, 1]:
+        raise Decline("Winograd: not a 3x3 stride-1 undilated convolution")
     if not np.isfinite(w).all():
         raise Decline("Winograd: weights that are not all finite would spread NaN through the transforms")
     c, m = xs[1], ys[1]
@@ -67,7 +51,7 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     one_row_per_row(cfg, v_shape)
     pt, pl = rec.pads_begin
     u = np.einsum("ai,mcij,bj->mabc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G).reshape(m, 16, c)
-    bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(m, np.float32)
+    bias = np.zeros(m, np.float32) if bias is None else bias
     kernels = [_transform_in(node, graph, cfg, x, v_name, v_shape, xs, pt, pl)]
     m_name = ""
     for i, (c0, c1) in enumerate(parts):
