@@ -302,6 +302,10 @@ def _conv_cases(m: _Matrix, full: bool) -> None:
         _conv(m, "conv", 1, 5, 6, 9, 6, (3, 3), 1, 1, "p1", 1, quick=cls == "mixed", cls=cls)
         _conv(m, "conv", 1, 5, 13, 9, 6, (3, 3), 1, 1, "p1", 1, cls=cls)
     _conv(m, "conv", 1, 5, 6, 6, 7, (3, 3), 1, 1, "p1", 1, quick=True, cls="nonfinite")
+    # Winograd F(2x2, 3x3) where a GPU path has it (enough channels and pixels); its transforms mix
+    # a patch's inputs, so the IEEE specials of the direct sum are checked too
+    for cls in ("normal", "nonfinite"):
+        _conv(m, "conv", 1, 32, 32, 12, 12, (3, 3), 1, 1, "p1", 1, quick=True, cls=cls, label="winograd")
     # conv1x1
     for i, (b, c, o, h, w) in enumerate([(1, 3, 8, 7, 7), (2, 13, 5, 9, 6), (1, 5, 3, 1, 1), (1, 32, 16, 16, 16),
                                          (1, 4, 4, 3, 5)]):
