@@ -776,9 +776,12 @@ def run_case(case: Case, path: str, precision: str) -> tuple[np.ndarray | None, 
     assert stats.dispatches >= 1 or case.op in _ZERO_COPY_OPS
     if path in ("gles31", "vulkan", "gles2"):  # one buffer (texture) per input and output, nothing else crosses
         assert stats.uploads == len(feeds) and stats.downloads == 1
-    if path == "gles2":  # one draw per node, or per output channel of a Conv with uniform weights
+    if path == "gles2" and len(seg.steps) == 1 and not seg.steps[0].quad_draws:
+        # one draw per node, or per output channel of a Conv with uniform weights
         bands = getattr(seg.steps[0].kernel, "channel_uniforms", None)
         assert stats.dispatches == (1 if bands is None else want.shape[0] * len(bands))
+    elif path == "gles2":  # several draws (Winograd's passes, quad GEMMs): as the segment planned them
+        assert stats.dispatches == seg.draws
     return got, want, None
 
 
