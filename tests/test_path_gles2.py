@@ -836,3 +836,23 @@ def test_winograd_and_quad_gemms_only_where_they_fit():
                                                              max_varying_vectors=32, max_vertex_uniform_vectors=4096)):
             got = generate(node, graph, off)
             assert isinstance(got, str) or got.kernel not in ("conv_winograd", "conv_quads")
+
+
+def test_verdicts_name_the_kernel_the_path_object_runs():
+    """The first-run check and the conformance suite file a failing case under the kernel the path
+    object runs: on llvmpipe (weights in varyings) a 3x3 conv of 32 channels is conv_winograd and a
+    strided one conv_quads, where the context-free module function says conv."""
+    from gpubackend.conformance.cases import matrix
+    from gpubackend.conformance.runner import kernel_names
+    from gpubackend.paths import gles2
+
+    p = gpath()
+    assert p.runtime.channel_varyings
+    w = {"w": np.ones((32, 32, 3, 3), np.float32)}
+    for attrs, want in (({"pads": [1, 1, 1, 1]}, "conv_winograd"), ({"strides": [2, 2]}, "conv_quads")):
+        out = reference("Conv", [np.zeros((1, 32, 12, 12), np.float32), w["w"]], dict(attrs), 12).shape
+        node, graph = _graph1("Conv", {"x": (1, 32, 12, 12), "w": (32, 32, 3, 3), "out_": tuple(out)}, w, attrs, 12)
+        assert p.kernel_name_for(node, graph) == want
+        assert gles2.kernel_name(node, graph) == "conv"
+        case = next(c for c in matrix(full=False) if c.op == "Conv")
+        assert kernel_names(p, graph, case) == [want]

@@ -187,20 +187,15 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 600 else text[:600] + " ..."
 
 
-def kernel_names(key: str, graph: Graph, case: Case) -> list[str]:
-    """The path's kernel names for the graph's nodes (the case's family when the path can't say)."""
-    try:
-        fn = getattr(path_module(key), "kernel_name", None)
-    except PathUnavailableError:
-        fn = None
+def kernel_names(path: Path, graph: Graph, case: Case) -> list[str]:
+    """The kernel names ``path`` runs the graph's nodes with (``Path.kernel_name_for``: the names its
+    verdicts disable; the case's family when the path can't say)."""
     names: list[str] = []
     for node in graph.nodes:
-        name = None
-        if fn is not None:
-            try:
-                name = fn(node, graph)
-            except Exception:  # noqa: BLE001 - a naming bug must not hide the case
-                name = None
+        try:
+            name = path.kernel_name_for(node, graph)
+        except Exception:  # noqa: BLE001 - a naming bug must not hide the case
+            name = None
         name = name or (case.kernel if case.kernel != "onnx" else node.op_type.lower())
         if name not in names:
             names.append(name)
@@ -247,7 +242,7 @@ def run_case(case: Case, path: Path, precision: str) -> CaseResult:
         if "nonfinite" in case.tags and not claims_nonfinite(path):
             res.status, res.reason = "unsupported", "the path does not claim NaN/Inf propagation"
             return res
-        res.kernels = kernel_names(key, graph, case)
+        res.kernels = kernel_names(path, graph, case)
         (ins, outs), = segment_io(graph, [(key, graph.nodes)])
         seg = None
         try:

@@ -328,6 +328,12 @@ class Gles2Path(Path):
     def decline(self, node: Node, graph: Graph) -> str | None:
         return self.kernels.decline(node, graph)
 
+    def kernel_name_for(self, node: Node, graph: Graph) -> str | None:
+        """The kernel this path object runs ``node`` with: its Config's limits decide (the quad
+        GEMMs and Winograd need the weights in varyings, which only some drivers have)."""
+        hit = self.kernels.get(node, graph)
+        return None if isinstance(hit, str) else hit.kernel
+
     def compile(self, nodes: list[Node], graph: Graph, inputs: list[str], outputs: list[str]) -> Gles2Segment:
         return Gles2Segment(self, nodes, graph, inputs, outputs)
 
