@@ -270,6 +270,9 @@ class Gles2Segment(Segment):
         for unit, tex in enumerate(step.inputs):
             tex.use(location=unit)
         if step.quad_draws:
+            for name, value in step.kernel.uniforms.items():
+                if name in step.prog:
+                    step.prog[name].value = value if len(value) > 1 else value[0]
             weights, first_row = step.prog["u_w"], step.prog["u_first"]
             for first, count, data in step.quad_draws:
                 weights.write(data)

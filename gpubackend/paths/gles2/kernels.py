@@ -114,6 +114,7 @@ class Kernel(KernelRecord):
     # quads' weights, a row each) per draw, at most ``quads`` quads each (u_w holds ``quads`` rows)
     quad_draws: list[tuple[float, int, np.ndarray]] | None = None
     quads: int = 0
+    uniforms: dict[str, tuple[float, ...]] = field(default_factory=dict)  # set before the step's draws
 
     @property
     def kernel_name(self) -> str:

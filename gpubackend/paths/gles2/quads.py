@@ -14,6 +14,7 @@ Used by Winograd's GEMMs (``winograd.py``) and by ungrouped convolutions (:func:
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +23,7 @@ from gpubackend import shaders
 
 from ... import ops
 from ...graph import Graph, Node
-from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
+from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, activation_function, lit
 from .layout import Layout, LayoutError
 
 MAX_QUADS = 256  # quads in one draw (the vertex buffer's size)
@@ -58,33 +59,19 @@ def one_row_per_row(cfg: Config, *shapes: tuple[int, ...]) -> None:
         raise Decline(str(exc)) from exc
 
 
-def plain_terms(g: _Gen, src: str, c0: int, c1: int) -> list[tuple[str, str]]:
-    """Channels c0 .. c1-1 of ``src`` at the fragment's own (h, w): a GEMM operand."""
-    ld = g.load(src)
-    return [("", f"{ld}(0.0, {lit(ci)}, h, w)") for ci in range(c0, c1)]
-
-
 def quad_products(name: str, g: _Gen, dst: str, dst_shape: tuple[int, ...], prev: str, weights: np.ndarray,
-                  terms: list[tuple[str, str]], bias: np.ndarray | None, setup: str = "") -> Kernel:
+                  terms: list[tuple[str, str]], bias: np.ndarray | None, decls: str = "", setup: str = "") -> Kernel:
     """dst[m, h, k W + w] = prev[m, h, k W + w] + bias[m] + sum_j weights[m, k, j] term_j (``k``
     one of the ``bands`` = weights.shape[1] column bands of width W = width / bands; prev and
     bias optional), then ``g.act``. ``terms``: (guard, GLSL value) per j, the value counted where
-    the guard (if any) holds, both in terms of the fragment's (c, h, w) and ``setup``'s locals.
+    the guard (if any) holds, both in terms of the fragment's (c, h, w), ``decls`` (global
+    declarations) and ``setup``'s locals.
     ``dst`` one image, one texture row per tensor row. One draw per group of output channels,
     a quad per (channel, band)."""
     cfg = g.cfg
     m, bands, c = weights.shape
-    h, width = dst_shape[2], dst_shape[3]
     one_row_per_row(cfg, dst_shape)
-    lanes = c + (bias is not None)
-    nv = -(-lanes // 4)
-    per_draw = max(1, min(MAX_QUADS, (cfg.max_vertex_uniform_vectors - 8) // nv) // bands)  # output channels
-    packed = np.zeros((m, bands, 4 * nv), np.float32)
-    packed[:, :, :c] = weights
-    if bias is not None:
-        packed[:, :, c] = np.asarray(bias, np.float32).reshape(-1, 1)
-    draws = [(float(m0 * h), (min(m, m0 + per_draw) - m0) * bands, packed[m0:m0 + per_draw].reshape(-1, 4 * nv))
-             for m0 in range(0, m, per_draw)]
+    nv, quads, draws = _draws(weights, bias, dst_shape[2], cfg)
     start = f"{g.load(prev)}(0.0, c, h, w)" if prev else "0.0"
     if bias is not None:
         start += f" + v_w[{c // 4}].{'xyzw'[c % 4]}"
@@ -92,15 +79,92 @@ def quad_products(name: str, g: _Gen, dst: str, dst_shape: tuple[int, ...], prev
     for j, (guard, value) in enumerate(terms):
         term = f"acc += {value} * v_w[{j // 4}].{'xyzw'[j % 4]};"
         lines.append(f"if ({guard}) {term}" if guard else term)
-    body = (f"varying vec4 v_w[{nv}];\n"
+    body = (f"varying vec4 v_w[{nv}];\n{decls}\n"
             f"float compute(float n, float c, float h, float w) {{ {setup} float acc = {start}; {' '.join(lines)} "
             "return activate(acc); }")
     kernel = g.finish(name, body, dst_shape, output=dst)
-    kernel.vertex = shaders.source("gles2/quads.vert", "100", {
-        "WEIGHT_VARYINGS": nv, "QUADS": per_draw * bands, "QUADS_X": lit(bands), "QUAD_W": lit(width // bands),
-        "QUAD_H": lit(h), "TARGET_W": lit(width), "TARGET_H": lit(dst_shape[1] * h)})
-    kernel.quads = per_draw * bands
-    kernel.quad_draws = draws
+    _quad_grid(kernel, nv, quads, bands, dst_shape, draws)
+    return kernel
+
+
+def _draws(weights: np.ndarray, bias: np.ndarray | None, rows: int, cfg: Config) -> tuple[int, int, list]:
+    """(varying vectors, quads per draw, draws) of a quad GEMM pass: ``weights`` (m, bands, n) and
+    ``bias`` (m,) or None (the lane after the weights) packed a quad per (channel, band), the quads
+    of ``rows`` texture rows per channel."""
+    m, bands, n = weights.shape
+    nv = -(-(n + (bias is not None)) // 4)
+    per_draw = max(1, min(MAX_QUADS, (cfg.max_vertex_uniform_vectors - 8) // nv) // bands)  # output channels
+    packed = np.zeros((m, bands, 4 * nv), np.float32)
+    packed[:, :, :n] = weights
+    if bias is not None:
+        packed[:, :, n] = np.asarray(bias, np.float32).reshape(-1, 1)
+    draws = [(float(m0 * rows), (min(m, m0 + per_draw) - m0) * bands, packed[m0:m0 + per_draw].reshape(-1, 4 * nv))
+             for m0 in range(0, m, per_draw)]
+    return nv, per_draw * bands, draws
+
+
+def _quad_grid(kernel: Kernel, nv: int, quads: int, bands: int, dst_shape: tuple[int, ...], draws: list,
+               row0: float = 0.0) -> None:
+    """Attach the many-quad draws: quads.vert (sizes as uniforms) and its per-step uniforms."""
+    h, width = dst_shape[2], dst_shape[3]
+    kernel.vertex = shaders.source("gles2/quads.vert", "100", {"WEIGHT_VARYINGS": nv, "QUADS": quads})
+    kernel.quads, kernel.quad_draws = quads, draws
+    kernel.uniforms.update(u_grid=(float(bands), float(width // bands), float(h), 0.0),
+                           u_target=(2.0 / width, 2.0 / (dst_shape[1] * h)), u_row0=(row0,))
+
+
+@functools.cache
+def _gemm_fragment(n: int, nv: int, prev: bool, bias: bool, act: tuple | None) -> str:
+    # act: (op, sorted parameter items) or None, hashable
+    """A quad GEMM pass whose operand is the source at the fragment's own texel column and row
+    plus an offset (``v_row`` + k H rows for term k): no size or position in the text, so every
+    layer with the same term count, flags and activation shares the program (and llvmpipe's JIT of
+    it, about 11 ms per texel fetch)."""
+    terms = []
+    for k in range(n):
+        terms.append(f"acc += g2_decode32(texture2D(t0, vec2(x, y0 + {lit(k)} * u_src.z))) "
+                     f"* v_w[{k // 4}].{'xyzw'[k % 4]};")
+    start = "g2_decode32(texture2D(t1, fc * u_dst))" if prev else "0.0"
+    if bias:
+        start += f" + v_w[{n // 4}].{'xyzw'[n % 4]}"
+    body = "\n".join([
+        "uniform sampler2D t0;  // the operand",
+        "uniform sampler2D t1;  // the previous pass's sums (PREV), laid out as the output",
+        "uniform vec4 u_src;    // 1 / operand width, 1 / operand height, rows per channel / operand height",
+        "uniform vec2 u_dst;    // 1 / output width, 1 / output height",
+        f"varying vec4 v_w[{nv}];",
+        "varying float v_row;",
+        activation_function(None if act is None else (act[0], dict(act[1]))),
+        "void main() {",
+        "    highp vec2 fc = gl_FragCoord.xy;",
+        "    float x = fc.x * u_src.x;",
+        "    float y0 = (fc.y + v_row) * u_src.y;",
+        f"    float acc = {start};",
+        *(f"    {t}" for t in terms),
+        "    gl_FragColor = g2_encode32(activate(acc));",
+        "}"])
+    return shaders.source("gles2/kernel.frag", "100") + "\n" + body + "\n"
+
+
+def plain_gemm(name: str, cfg: Config, src: str, src_shape: tuple[int, ...], dst: str, dst_shape: tuple[int, ...],
+               prev: str, c0: int, weights: np.ndarray, bias: np.ndarray | None,
+               act: ops.Activation | None) -> Kernel:
+    """dst[m, h, k W + w] = prev[...] + bias[m] + sum_j weights[m, k, j] src[c0 + j, h, k W + w], then
+    ``act``: a quad GEMM pass whose operand is at the output's own texel column (``src`` as wide as
+    ``dst``, the same rows per channel), with the shared fragment shader of :func:`_gemm_fragment`."""
+    one_row_per_row(cfg, src_shape, dst_shape)
+    if src_shape[2:] != dst_shape[2:]:
+        raise Decline(f"operand {src_shape} and output {dst_shape} differ in rows or width")
+    n = weights.shape[2]
+    h = dst_shape[2]
+    src_w, src_h = Layout.of(src_shape, 1, cfg.max_size).size
+    dst_w, dst_h = Layout.of(dst_shape, 1, cfg.max_size).size
+    nv, quads, draws = _draws(weights, bias, h, cfg)
+    spec = None if act is None else (act.spec[0], tuple(sorted((act.spec[1] or {}).items())))
+    fragment = _gemm_fragment(n, nv, bool(prev), bias is not None, spec)
+    kernel = Kernel(name, fragment, [src, *([prev] if prev else [])], tuple(dst_shape), output=dst, out_pack=1)
+    _quad_grid(kernel, nv, quads, weights.shape[1], dst_shape, draws, float(c0 * h))
+    kernel.uniforms.update(u_src=(1.0 / src_w, 1.0 / src_h, h / src_h, 0.0), u_dst=(1.0 / dst_w, 1.0 / dst_h))
     return kernel
 
 
@@ -156,19 +220,40 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         if cond:
             setup.append(f"bool ok{t} = {' && '.join(cond)};")
         guards.append(f"ok{t}" if cond else "")
-    wt = w.reshape(m, c, kh * kw).transpose(0, 2, 1).reshape(m, 1, -1)  # (tap, channel), taps outermost
-    parts = chunks(kh * kw * c, chunk_limit(cfg, 1))
+    ntaps = kh * kw
+    if (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(rec.pads_begin) and not any(rec.pads_end):
+        parts = chunks(c, chunk_limit(cfg, 1))
+        kernels, prev = [], ""
+        for i, (c0, c1) in enumerate(parts):  # a 1x1 conv: passes of the shared GEMM shader
+            last = i == len(parts) - 1
+            dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
+            kernels.append(plain_gemm(NAME, cfg, x, xs, dst, ys, prev, c0, w.reshape(m, 1, c)[:, :, c0:c1],
+                                      bias if i == 0 else None, rec.act if last else None))
+            prev = dst
+        return kernels
+    # passes over slices of the input channels, every tap in each, the slice's first channel a
+    # uniform: passes of one size and role share one program (llvmpipe JITs each about 11 ms per
+    # texel fetch in it)
+    per_pass = chunk_limit(cfg, 1) // ntaps
+    if per_pass < 1:
+        raise Decline(f"a {kh}x{kw} kernel has more taps than a pass holds")
+    parts = chunks(c, per_pass)
+    wt = w.reshape(m, c, ntaps)
     kernels, prev = [], ""
-    for i, (j0, j1) in enumerate(parts):
+    for i, (c0, c1) in enumerate(parts):
         last = i == len(parts) - 1
         dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
         k = _Gen(node, graph, cfg)
         k.scratch.update(({} if last else {dst: ys}) | ({prev: ys} if prev else {}))
         k.act = rec.act if last else None
         ld = k.load(x)
-        terms = [(guards[j // c], f"{ld}(0.0, {lit(j % c)}, ih{j // c}, iw{j // c})") for j in range(j0, j1)]
-        kernels.append(quad_products(NAME, k, dst, ys, prev, wt[:, :, j0:j1], terms, bias if i == 0 else None,
-                                     " ".join(setup)))
+        terms = [(guards[t], f"{ld}(0.0, u_c0 + {lit(ci)}, ih{t}, iw{t})")
+                 for t in range(ntaps) for ci in range(c1 - c0)]
+        weights = wt[:, c0:c1, :].transpose(0, 2, 1).reshape(m, 1, -1)  # taps outermost, as the terms
+        kernel = quad_products(NAME, k, dst, ys, prev, weights, terms, bias if i == 0 else None,
+                               "uniform float u_c0;", " ".join(setup))
+        kernel.uniforms["u_c0"] = (float(c0),)
+        kernels.append(kernel)
         prev = dst
     return kernels
 

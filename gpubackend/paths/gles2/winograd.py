@@ -26,7 +26,7 @@ from ...graph import Graph, Node
 from ..compute_kernels import WINOGRAD_G  # F(2, 3)'s weight transform; B^T and A^T are adds below
 from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
 from .quads import NAME as QUADS_NAME
-from .quads import chunk_limit, chunks, conv_operands, one_row_per_row, plain_terms, quad_products
+from .quads import chunk_limit, chunks, conv_operands, one_row_per_row, plain_gemm
 
 # fewer channels or pixels: the extra passes and per-fragment work cost more than the fetches saved
 # (16 -> 16 channels at 80x80 ran 0.73x as fast as the quad-GEMM conv, 32 -> 32 at 40x40 1.15x faster)
@@ -56,10 +56,7 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     m_name = ""
     for i, (c0, c1) in enumerate(parts):
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
-        k = _Gen(node, graph, cfg)
-        k.scratch.update({v_name: v_shape, m_name: m_shape, **({prev: m_shape} if prev else {})})
-        kernels.append(quad_products(NAME, k, m_name, m_shape, prev, u[:, :, c0:c1], plain_terms(k, v_name, c0, c1),
-                                     None))
+        kernels.append(plain_gemm(NAME, cfg, v_name, v_shape, m_name, m_shape, prev, c0, u[:, :, c0:c1], None, None))
     kernels.append(_transform_out(node, graph, cfg, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
     return kernels
 
