@@ -198,9 +198,9 @@ def conv_operands(node: Node, graph: Graph, cfg: Config) -> ConvOperands:
 
 def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     """An ungrouped 2-D convolution of one image (any kernel, stride, dilation, padding) as quad
-    GEMMs over (tap, input channel), taps outermost: bias in the first chunk, the fused
-    activation in the last. Taps that never leave the input (all of a 1x1 unpadded conv's) need
-    no bounds check."""
+    GEMMs over (tap, input channel), in passes over slices of the input channels: bias in the
+    first pass, the fused activation in the last. Taps that never leave the input need no bounds
+    check; a 1x1 unpadded conv runs on the shared GEMM shader (:func:`plain_gemm`)."""
     rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
     kh, kw = w.shape[2:]
     (sh, sw), (dh, dw), (pt, pl) = rec.strides, rec.dilations, rec.pads_begin
