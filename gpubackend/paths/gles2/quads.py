@@ -27,7 +27,7 @@ from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, activation_functio
 from .layout import Layout, LayoutError
 
 MAX_QUADS = 256  # quads in one draw (the vertex buffer's size)
-MAX_CHUNKS = 8  # passes over the reduction
+MAX_CHUNKS = 12  # passes over the reduction (3x3 stride 2, 128 -> 256 at 20x20: 10 passes, 1.31x the direct kernel)
 NAME = "conv_quads"
 
 
