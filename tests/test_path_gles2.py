@@ -856,3 +856,32 @@ def test_verdicts_name_the_kernel_the_path_object_runs():
         assert gles2.kernel_name(node, graph) == "conv"
         case = next(c for c in matrix(full=False) if c.op == "Conv")
         assert kernel_names(p, graph, case) == [want]
+
+
+def test_fp32_concat_and_split_copy_the_bytes():
+    """Concat and Split of fp32 tensors copy texels (no decode or encode): every value comes through
+    bit for bit, -0, subnormals and NaN payloads included, which the RGBA8 encode would change."""
+    a = rnd(1, 3, 4, 5)
+    b = rnd(1, 2, 4, 5)
+    specials = np.array([-0.0, 1e-40, np.inf, -np.inf], np.float32)
+    a.reshape(-1)[:4] = specials
+    a.view(np.uint32).reshape(-1)[4] = 0x7FC01234  # a NaN with a payload
+    got, _, k = single("Concat", {"a": a, "b": b}, attrs={"axis": 1})
+    assert k.name == "concat" and "g2_encode32" not in k.fragment.split("void main")[1]
+    np.testing.assert_array_equal(got.view(np.uint32), np.concatenate([a, b], axis=1).view(np.uint32))
+    x = np.concatenate([a, b], axis=1)
+    from gpubackend.graph import Graph, Node
+    from gpubackend.paths.base import RunStats
+
+    node = Node("s", "Split", ["x"], ["y0", "y1"], {"axis": 1})
+    graph = Graph([node], ["x"], ["y0", "y1"], {}, {"x": x.shape, "y0": a.shape, "y1": b.shape},
+                  {n: np.dtype(np.float32) for n in ("x", "y0", "y1")}, 13)
+    p = gpath()
+    assert p.decline(node, graph) is None
+    seg = p.compile([node], graph, ["x"], ["y0", "y1"])
+    try:
+        out = seg.run({"x": x}, RunStats())
+    finally:
+        seg.close()
+    np.testing.assert_array_equal(out["y0"].view(np.uint32), a.view(np.uint32))
+    np.testing.assert_array_equal(out["y1"].view(np.uint32), b.view(np.uint32))

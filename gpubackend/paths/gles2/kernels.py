@@ -190,6 +190,12 @@ class _Gen:
         self.consts[name] = np.ascontiguousarray(array, dtype=np.float32)
         return self.load(name)
 
+    def raw_copies(self, *names: str, output: str = "") -> bool:
+        """Whether ``output`` (default the node's first) and every tensor of ``names`` are fp32
+        textures, so that a kernel that only moves elements can copy texels (``finish(raw=True)``)."""
+        out = output or self.node.outputs[0]
+        return self.cfg.pack_of(out, self.graph) == 1 and all(self.layout(n).pack == 1 for n in names)
+
     def load(self, name: str, raw: bool = False) -> str:
         """The GLSL function ``float ldI(n, c, h, w)`` reading tensor ``name``; ``raw``: ``vec4
         txI(n, c, h, w)``, the texel as sampled, undecoded (a constant of raw bytes, such as the
@@ -249,8 +255,11 @@ class _Gen:
 
     # ---- assembly -----------------------------------------------------------------------
     def finish(self, name: str, body: str, out_shape: tuple[int, ...], extra_defines: dict | None = None,
-               pair: str | None = None, loops: int = 0, pair_loops: int = 0, output: str = "") -> Kernel:
-        """``body`` defines compute(); ``pair`` optionally defines ``vec2 compute2(n, c, h, w)``
+               pair: str | None = None, loops: int = 0, pair_loops: int = 0, output: str = "",
+               raw: bool = False) -> Kernel:
+        """``body`` defines compute(); ``raw``: ``vec4 compute(n, c, h, w)`` returns the output
+        element's texel as sampled from an fp32 input (a raw loader, :meth:`load`), written as it is
+        (a copy of the bytes: no decode or encode); ``pair`` optionally defines ``vec2 compute2(n, c, h, w)``
         for the elements w and w+1 together (fp16 mode). ``loops`` / ``pair_loops``: the loop
         iterations one call of compute() / compute2() takes (see ``Kernel.iterations``).
         ``output``: the tensor written (default the node's first output), whose
@@ -294,6 +303,10 @@ class _Gen:
                      f"    for (int j = 0; j < 2; j++) {{ float r = 0.0; {guard}r = compute(n, c, h, w0 + float(j)); "
                      "if (j == 0) v.x = r; else v.y = r; }",
                      "    gl_FragColor = g2_encode16(v.x, v.y);"]
+        if raw:
+            if L.pack != 1 or self.act is not None:
+                raise ValueError("a raw copy writes fp32 texels without an activation")
+            main[-1] = "    gl_FragColor = compute(n, c, h, wt);"
         main.append("}")
         act = activation_function(None if self.act is None else self.act.spec)
         parts = [*self.loaders, act, body, *([pair] if pair and L.pack == 2 else []),
@@ -1014,20 +1027,21 @@ def gen_concat(node: Node, graph: Graph, cfg: Config) -> Kernel:
         raise Decline("Concat of more than 4 dimensions")
     ax = ops.require(node, graph, ops.AxisRecord).axis + 4 - len(ys)
     coord = "nchw"[ax]
-    lines = ["float compute(float n, float c, float h, float w) {"]
+    raw = g.raw_copies(*ins)  # fp32: copy the texels
+    lines = [f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) {{"]
     off = 0
     for i, name in enumerate(ins):
         size = dims4(g.shape(name))[ax]
         if size == 0:
             continue
-        ld = g.load(name)
+        ld = g.load(name, raw=raw)
         args = ", ".join(f"{v} - {lit(off)}" if v == coord else v for v in "nchw")
         last = i == len(ins) - 1
         cond = "" if last else f"if ({coord} < {lit(off + size)}) "
         lines.append(f"    {cond}return {ld}({args});")
         off += size
     lines.append("}")
-    return g.finish("concat", "\n".join(lines), ys)
+    return g.finish("concat", "\n".join(lines), ys, raw=raw)
 
 
 def gen_softmax(node: Node, graph: Graph, cfg: Config) -> Kernel:

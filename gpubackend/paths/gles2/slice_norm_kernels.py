@@ -50,8 +50,10 @@ def gen_split(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
             src = list("nchw")
             axis = rec.axis + 4 - len(xs)
             src[axis] = f"({lit(offset)} + {src[axis]})"
-            body = f"float compute(float n, float c, float h, float w) {{ return {g.load(x)}({', '.join(src)}); }}"
-            kernels.append(g.finish("layout", body, ys, output=y))
+            raw = g.raw_copies(x, output=y)  # fp32: copy the texels
+            body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
+                    f"{{ return {g.load(x, raw=raw)}({', '.join(src)}); }}")
+            kernels.append(g.finish("layout", body, ys, output=y, raw=raw))
         offset += size
     return kernels
 
