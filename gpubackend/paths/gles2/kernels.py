@@ -1082,20 +1082,22 @@ def gen_reshape(node: Node, graph: Graph, cfg: Config) -> Kernel:
     x = node.inputs[0]
     g.check_float(x, node.outputs[0])
     xs, ys = g.shape(x), g.shape(node.outputs[0])
-    ld = g.load(x)
+    raw = g.raw_copies(x)  # fp32: copy the texels
+    ld = g.load(x, raw=raw)
+    ret = "vec4" if raw else "float"
     y4, x4 = dims4(ys), dims4(xs)
     if x4[3] == y4[3]:
         # same last dimension: only the row index is re-split
-        lines = ["float compute(float n, float c, float h, float w) {",
+        lines = [f"{ret} compute(float n, float c, float h, float w) {{",
                  f"    float lin = (n * {lit(y4[1])} + c) * {lit(y4[2])} + h;",
                  f"    float q1 = g2_idiv(lin, {lit(x4[2])}); float a2 = lin - q1 * {lit(x4[2])};",
                  f"    float a0 = g2_idiv(q1, {lit(x4[1])}); float a1 = q1 - a0 * {lit(x4[1])};",
                  f"    return {ld}(a0, a1, a2, w);", "}"]
     else:
-        lines = ["float compute(float n, float c, float h, float w) {",
+        lines = [f"{ret} compute(float n, float c, float h, float w) {{",
                  f"    float lin = ((n * {lit(y4[1])} + c) * {lit(y4[2])} + h) * {lit(y4[3])} + w;",
                  *_linear_to_coords(x4, "lin"), f"    return {ld}(a0, a1, a2, a3);", "}"]
-    return g.finish("layout", "\n".join(lines), ys)
+    return g.finish("layout", "\n".join(lines), ys, raw=raw)
 
 
 def gen_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
@@ -1112,9 +1114,10 @@ def gen_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     src = ["0.0"] * off + [""] * r
     for i, pi in enumerate(perm):  # output axis i is input axis perm[i]
         src[off + pi] = out_coord[i]
-    ld = g.load(x)
-    body = f"float compute(float n, float c, float h, float w) {{ return {ld}({', '.join(src)}); }}"
-    return g.finish("layout", body, ys)
+    raw = g.raw_copies(x)  # fp32: copy the texels
+    body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
+            f"{{ return {g.load(x, raw=raw)}({', '.join(src)}); }}")
+    return g.finish("layout", body, ys, raw=raw)
 
 
 def gen_pad(node: Node, graph: Graph, cfg: Config) -> Kernel:

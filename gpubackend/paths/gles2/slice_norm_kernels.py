@@ -26,9 +26,10 @@ def gen_slice(node: Node, graph: Graph, cfg: Config) -> Kernel:
     src = list("nchw")
     for start, axis, step in zip(rec.starts, rec.axes, rec.steps):
         src[axis + off] = f"({lit(start)} + {src[axis + off]} * {lit(step)})"
-    ld = g.load(x)
-    body = f"float compute(float n, float c, float h, float w) {{ return {ld}({', '.join(src)}); }}"
-    return g.finish("layout", body, ys)
+    raw = g.raw_copies(x)  # fp32: copy the texels
+    body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
+            f"{{ return {g.load(x, raw=raw)}({', '.join(src)}); }}")
+    return g.finish("layout", body, ys, raw=raw)
 
 
 def gen_split(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
