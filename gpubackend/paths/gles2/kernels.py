@@ -196,6 +196,14 @@ class _Gen:
         out = output or self.node.outputs[0]
         return self.cfg.pack_of(out, self.graph) == 1 and all(self.layout(n).pack == 1 for n in names)
 
+    def gather(self, x: str, coords: list[str], out_shape: tuple[int, ...], output: str = "") -> Kernel:
+        """The ``layout`` kernel whose output element (n, c, h, w) is ``x`` at ``coords`` (GLSL in
+        those four): a copy of the texel where both are fp32 (:meth:`raw_copies`)."""
+        raw = self.raw_copies(x, output=output)
+        body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
+                f"{{ return {self.load(x, raw=raw)}({', '.join(coords)}); }}")
+        return self.finish("layout", body, out_shape, output=output, raw=raw)
+
     def load(self, name: str, raw: bool = False) -> str:
         """The GLSL function ``float ldI(n, c, h, w)`` reading tensor ``name``; ``raw``: ``vec4
         txI(n, c, h, w)``, the texel as sampled, undecoded (a constant of raw bytes, such as the
@@ -376,12 +384,8 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
     elif per_channel is not None:  # u_w of channel c: tap t's input channels, then the bias
         bias_expr = f"u_w[{per_channel.shape[1] - 1}]"
     else:
-        bias = graph.constants[b].astype(np.float32).reshape(-1) if b else np.zeros(cout, np.float32)
-        # weights as (1, Cout, KH*KW, Cin/g + 1): a row per (output channel, tap), bias in the last column
-        wb = np.zeros((1, cout, taps, cing + 1), np.float32)
-        wb[0, :, :, :cing] = W.reshape(cout, cing, taps).transpose(0, 2, 1)
-        wb[0, :, 0, cing] = bias
-        lw = g.const(node.name + "/gles2_wb", wb)
+        bias = graph.constants[b].astype(np.float32).reshape(-1) if b else None
+        lw = g.const(node.name + "/gles2_wb", conv_weight_rows(W, bias))
         bias_expr = f"{lw}(0.0, c, 0.0, {lit(cing)})"
 
         def wexpr(kh: int, kw: int, ci: str) -> str:
@@ -499,6 +503,18 @@ def gen_conv(node: Node, graph: Graph, cfg: Config, qscale: np.ndarray | None = 
     kernel.channel_uniforms = per_channel
     kernel.vertex = vertex
     return kernel
+
+
+def conv_weight_rows(w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """Conv weights (Cout, Cin/g, KH, KW) as the texture (1, Cout, KH*KW, Cin/g + 1): a row per
+    (output channel, tap), the bias (or 0) in the last column of tap 0's row."""
+    cout, cing = w.shape[:2]
+    taps = int(np.prod(w.shape[2:]))
+    wb = np.zeros((1, cout, taps, cing + 1), np.float32)
+    wb[0, :, :, :cing] = np.asarray(w, np.float32).reshape(cout, cing, taps).transpose(0, 2, 1)
+    if bias is not None:
+        wb[0, :, 0, cing] = np.asarray(bias, np.float32).reshape(-1)
+    return wb
 
 
 def _varying_weight(k: int) -> str:
@@ -1114,10 +1130,7 @@ def gen_transpose(node: Node, graph: Graph, cfg: Config) -> Kernel:
     src = ["0.0"] * off + [""] * r
     for i, pi in enumerate(perm):  # output axis i is input axis perm[i]
         src[off + pi] = out_coord[i]
-    raw = g.raw_copies(x)  # fp32: copy the texels
-    body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
-            f"{{ return {g.load(x, raw=raw)}({', '.join(src)}); }}")
-    return g.finish("layout", body, ys, raw=raw)
+    return g.gather(x, src, ys)
 
 
 def gen_pad(node: Node, graph: Graph, cfg: Config) -> Kernel:

@@ -115,11 +115,10 @@ def _quad_grid(kernel: Kernel, nv: int, quads: int, bands: int, dst_shape: tuple
 
 @functools.cache
 def _gemm_fragment(n: int, nv: int, prev: bool, bias: bool, act: tuple | None) -> str:
-    # act: (op, sorted parameter items) or None, hashable
     """A quad GEMM pass whose operand is the source at the fragment's own texel column and row
     plus an offset (``v_row`` + k H rows for term k): no size or position in the text, so every
     layer with the same term count, flags and activation shares the program (and llvmpipe's JIT of
-    it, about 11 ms per texel fetch)."""
+    it, about 11 ms per texel fetch). ``act``: (op, sorted parameter items) or None (hashable)."""
     terms = []
     for k in range(n):
         terms.append(f"acc += g2_decode32(texture2D(t0, vec2(x, y0 + {lit(k)} * u_src.z))) "
@@ -206,6 +205,17 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     (sh, sw), (dh, dw), (pt, pl) = rec.strides, rec.dilations, rec.pads_begin
     c, m = xs[1], ys[1]
     one_row_per_row(cfg, xs)
+    ntaps = kh * kw
+    if (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(rec.pads_begin) and not any(rec.pads_end):
+        parts = chunks(c, chunk_limit(cfg, 1))
+        kernels, prev = [], ""
+        for i, (c0, c1) in enumerate(parts):  # a 1x1 conv: passes of the shared GEMM shader
+            last = i == len(parts) - 1
+            dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
+            kernels.append(plain_gemm(NAME, cfg, x, xs, dst, ys, prev, c0, w.reshape(m, 1, c)[:, :, c0:c1],
+                                      bias if i == 0 else None, rec.act if last else None))
+            prev = dst
+        return kernels
     taps = [(t // kw, t % kw) for t in range(kh * kw)]
     setup = []
     guards = []
@@ -220,17 +230,6 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         if cond:
             setup.append(f"bool ok{t} = {' && '.join(cond)};")
         guards.append(f"ok{t}" if cond else "")
-    ntaps = kh * kw
-    if (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(rec.pads_begin) and not any(rec.pads_end):
-        parts = chunks(c, chunk_limit(cfg, 1))
-        kernels, prev = [], ""
-        for i, (c0, c1) in enumerate(parts):  # a 1x1 conv: passes of the shared GEMM shader
-            last = i == len(parts) - 1
-            dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
-            kernels.append(plain_gemm(NAME, cfg, x, xs, dst, ys, prev, c0, w.reshape(m, 1, c)[:, :, c0:c1],
-                                      bias if i == 0 else None, rec.act if last else None))
-            prev = dst
-        return kernels
     # passes over slices of the input channels, every tap in each, the slice's first channel a
     # uniform: passes of one size and role share one program (llvmpipe JITs each about 11 ms per
     # texel fetch in it)

@@ -26,10 +26,7 @@ def gen_slice(node: Node, graph: Graph, cfg: Config) -> Kernel:
     src = list("nchw")
     for start, axis, step in zip(rec.starts, rec.axes, rec.steps):
         src[axis + off] = f"({lit(start)} + {src[axis + off]} * {lit(step)})"
-    raw = g.raw_copies(x)  # fp32: copy the texels
-    body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
-            f"{{ return {g.load(x, raw=raw)}({', '.join(src)}); }}")
-    return g.finish("layout", body, ys, raw=raw)
+    return g.gather(x, src, ys)
 
 
 def gen_split(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
@@ -51,10 +48,7 @@ def gen_split(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
             src = list("nchw")
             axis = rec.axis + 4 - len(xs)
             src[axis] = f"({lit(offset)} + {src[axis]})"
-            raw = g.raw_copies(x, output=y)  # fp32: copy the texels
-            body = (f"{'vec4' if raw else 'float'} compute(float n, float c, float h, float w) "
-                    f"{{ return {g.load(x, raw=raw)}({', '.join(src)}); }}")
-            kernels.append(g.finish("layout", body, ys, output=y, raw=raw))
+            kernels.append(g.gather(x, src, ys, output=y))
         offset += size
     return kernels
 

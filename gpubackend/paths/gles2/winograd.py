@@ -24,7 +24,7 @@ import numpy as np
 from ... import ops
 from ...graph import Graph, Node
 from ..compute_kernels import WINOGRAD_G  # F(2, 3)'s weight transform; B^T and A^T are adds below
-from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, lit
+from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, conv_weight_rows, lit
 from .quads import NAME as QUADS_NAME
 from .quads import chunk_limit, chunks, conv_operands, one_row_per_row, plain_gemm
 
@@ -108,10 +108,7 @@ def _transform_out(node: Node, graph: Graph, cfg: Config, rec: ops.ConvRecord, x
     lm = g.load(m_name)
     lx = g.load(x)
     c, tw = xs[1], m_shape[3] // 16
-    wd = np.zeros((1, ys[1], 9, c + 1), np.float32)  # (output channel, tap, input channel), bias last
-    wd[0, :, :, :c] = w.reshape(ys[1], c, 9).transpose(0, 2, 1)
-    wd[0, :, 0, c] = bias
-    lw = g.const(node.name + "/gles2_winograd_wb", wd)
+    lw = g.const(node.name + "/gles2_winograd_wb", conv_weight_rows(w, bias))
     taps = []
     for t in range(9):
         kh, kw = divmod(t, 3)
