@@ -71,6 +71,7 @@ class GLQuery:
         self.glGetIntegeri_v = self._fn("glGetIntegeri_v", None,
                                         [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_int)])
         self.glGetString = self._fn("glGetString", ctypes.c_char_p, [ctypes.c_uint])
+        self.glGetFloatv = self._fn("glGetFloatv", None, [ctypes.c_uint, ctypes.POINTER(ctypes.c_float)])
         self.glGetShaderPrecisionFormat = self._fn(
             "glGetShaderPrecisionFormat", None,
             [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)])
@@ -92,6 +93,14 @@ class GLQuery:
         v = (ctypes.c_int * 4)(-1, -1, -1, -1)
         self.glGetIntegerv(pname, v)
         return None if (self.glGetError and self.glGetError() != 0) else int(v[0])
+
+    def floats(self, pname: int, n: int) -> list[float] | None:
+        if not self.glGetFloatv:
+            return None
+        self._clear()
+        v = (ctypes.c_float * 16)(*([float("nan")] * 16))
+        self.glGetFloatv(pname, v)
+        return None if (self.glGetError and self.glGetError() != 0) else [float(x) for x in v[:n]]
 
     def integer64(self, pname: int) -> int | None:
         if not self.glGetInteger64v:

@@ -337,7 +337,8 @@ def test_no_kernel_exceeds_the_loop_budget(precision):
 
 class _ES2Device:
     """Wraps the real GLDevice: every texture must be RGBA / UNSIGNED_BYTE, no compute shader,
-    no buffer but the vertex buffers of the quad and of the many-quad draws, every program
+    no buffer but the vertex buffers of the quad and of the many-quad draws (triangles or point
+    sprites), every program
     ``#version 100``."""
 
     def __init__(self) -> None:
@@ -357,7 +358,7 @@ class _ES2Device:
 
     def buffer(self, data=None, reserve=0):
         self.buffers += 1
-        assert self.buffers <= 2, "gles2 uses two vertex buffers only (the quad, the many-quad draws)"
+        assert self.buffers <= 3, "gles2 uses three vertex buffers only (the quad, the many-quad draws' two)"
         return self.inner.buffer(data, reserve)
 
     def program(self, vertex, fragment):
@@ -754,15 +755,18 @@ def test_segment_counts_its_weight_bytes():
 # ---- Winograd and quad GEMMs (gles2/winograd.py, gles2/quads.py) -------------------------------
 
 _QUAD_CASES = {
-    # name: (x shape, w shape, attrs, kernel, draws per run)
-    # 40 output channels: the GEMM's 640 quads take three draws (quads.MAX_QUADS)
-    "winograd": ((1, 32, 12, 12), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 3 + 1),
+    # name: (x shape, w shape, attrs, kernel, draws per run: an int, or per Winograd tile size m)
+    # 40 output channels: the GEMM's 640 quads (F(2x2)) take three draws (quads.MAX_QUADS), its
+    # 1440 (F(4x4)) six
+    "winograd": ((1, 32, 12, 12), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd",
+                 {2: 1 + 3 + 1, 4: 1 + 6 + 1}),
     "winograd-odd-asymmetric": ((1, 33, 11, 9), (34, 33, 3, 3), {"pads": [2, 0, 1, 1], "_act": ("Relu", {})},
-                                "conv_winograd", 1 + 3 + 1),
+                                "conv_winograd", {2: 1 + 3 + 1, 4: 1 + 5 + 1}),
     "winograd-valid-silu": ((1, 32, 13, 12), (32, 32, 3, 3), {"_act": ("Sigmoid", {"gate": 1})}, "conv_winograd",
-                            1 + 2 + 1),
-    # 130 input channels: two GEMM passes (three draws each), the second adding the first's sums
-    "winograd-chunked": ((1, 130, 10, 10), (33, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 6 + 1),
+                            {2: 1 + 2 + 1, 4: 1 + 5 + 1}),
+    # 130 input channels: two GEMM passes, the second adding the first's sums
+    "winograd-chunked": ((1, 130, 10, 10), (33, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd",
+                         {2: 1 + 6 + 1, 4: 1 + 12 + 1}),
     "1x1": ((1, 5, 7, 6), (11, 5, 1, 1), {"_act": ("Relu", {})}, "conv_quads", 1),
     # 144 (tap, channel) terms: two passes
     "3x3-stride2": ((1, 16, 11, 10), (12, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "conv_quads", 2),
@@ -770,15 +774,39 @@ _QUAD_CASES = {
                                                              "_act": ("Relu", {})}, "conv_quads", 1),
     "1x1-chunked": ((1, 300, 6, 5), (20, 300, 1, 1), {"_act": ("Sigmoid", {"gate": 1})}, "conv_quads", 3),
 }
+_QUAD_RUNS = [(name, m) for name, case in _QUAD_CASES.items() for m in (case[4] if isinstance(case[4], dict) else [0])]
+_TRIANGLE_PATH: list[Any] = []
 
 
-@pytest.mark.parametrize("case", list(_QUAD_CASES))
-def test_winograd_and_quad_gemms_match_fallback(case):
-    """gles2's Winograd 3x3 convs and quad GEMM convs against fallback with NaN-poisoned outputs and
-    +-Inf / NaN inputs: the transforms mix a patch's inputs, so an infinite input must still give
-    the direct sum's +-Inf (not NaN) and NaN only where the direct sum has it; odd sizes,
-    asymmetric and no padding, fused activations (SiLU's gate), reductions in several passes."""
+def triangles_path() -> Any:
+    """A gles2 path whose many-quad draws use two triangles per quad (no point sprites), as on a
+    driver whose GL_ALIASED_POINT_SIZE_RANGE stops at 1."""
+    from gpubackend.paths import gles2
+
+    if not _TRIANGLE_PATH:
+        gpath()
+        p = gles2.create("fp32")
+        p.runtime.max_point_size = 0
+        p.poison = True
+        _TRIANGLE_PATH.append(p)
+    return _TRIANGLE_PATH[0]
+
+
+@pytest.mark.parametrize("sprites", ["points", "triangles"])
+@pytest.mark.parametrize(("case", "tile"), _QUAD_RUNS)
+def test_winograd_and_quad_gemms_match_fallback(case, tile, sprites, monkeypatch):
+    """gles2's Winograd 3x3 convs (each tile size) and quad GEMM convs, their quads drawn as point
+    sprites and as triangles, against fallback with NaN-poisoned outputs and +-Inf / NaN inputs:
+    the transforms mix a patch's inputs, so an infinite input must still give the direct sum's
+    +-Inf (not NaN) and NaN only where the direct sum has it; odd sizes (quads that take several
+    sprites), asymmetric and no padding, fused activations (SiLU's gate), reductions in several
+    passes."""
+    from gpubackend.paths.gles2 import winograd
+
     xs, ws, attrs, kernel, draws = _QUAD_CASES[case]
+    if tile:
+        monkeypatch.setattr(winograd, "choose_tile", lambda *_: {2: winograd.F2, 4: winograd.F4}[tile])
+        draws = draws[tile]
     rng = np.random.default_rng(7)
     x = rng.standard_normal(xs).astype(np.float32)
     for c, y, z, v in [(0, 0, 0, np.inf), (1, 3, xs[3] - 1, -np.inf), (2, xs[2] // 2, 4, np.inf),
@@ -789,15 +817,41 @@ def test_winograd_and_quad_gemms_match_fallback(case):
     consts["w"][2, :, 0, 0] = 0.0  # 0 * Inf is NaN in the direct sum
     want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
     assert np.isinf(want).any() and np.isnan(want).any()
-    path = gpath()
+    path = gpath() if sprites == "points" else triangles_path()
     got, stats, k = single("Conv", {"x": x}, consts, attrs, out_shape=tuple(want.shape), path=path)
     assert k.name == kernel
     assert stats.dispatches == draws
+    assert (path.runtime.max_point_size >= 2) == (sprites == "points")
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.where(np.isinf(want), want, 0), np.where(np.isinf(got), got, 0))
     finite = np.isfinite(want)
     err = float(np.abs(got[finite] - want[finite]).max() / max(1.0, float(np.abs(want[finite]).max())))
     assert err < 1e-5, err
+
+
+def test_point_cover_covers_each_quad_exactly():
+    """The point sprites of a quad lie inside it and cover every texel of it, for every quad size
+    up to 40 and sprite limits down to 2; none where no sprite fits or too many would be needed."""
+    from gpubackend.paths.gles2.quads import MAX_POINTS, MAX_QUADS, point_cover
+
+    for limit in (2, 3, 7, 255):
+        for w in range(1, 41):
+            for h in range(1, 41):
+                cover = point_cover(w, h, limit)
+                if cover is None:
+                    assert min(w, h, limit) < 2 or -(-w // min(w, h, limit)) * -(-h // min(w, h, limit)) \
+                        * MAX_QUADS > MAX_POINTS
+                    continue
+                side, across, down = cover
+                assert 2 <= side <= min(w, h, limit)
+                seen = np.zeros((h, w), bool)
+                for j in range(down):  # as quads.vert places sprite (i, j)
+                    for i in range(across):
+                        x0, y0 = min(i * side, w - side), min(j * side, h - side)
+                        assert x0 >= 0 and y0 >= 0
+                        seen[y0:y0 + side, x0:x0 + side] = True
+                assert seen.all(), (w, h, limit, cover)
+    assert point_cover(40, 40, 255) == (40, 1, 1)
 
 
 def test_winograd_and_quad_gemms_only_where_they_fit():

@@ -30,6 +30,8 @@ KEY = "gles2"
 GL_FRAGMENT_SHADER = 0x8B30
 GL_HIGH_FLOAT = 0x8DF2
 GL_TRIANGLES = 0x0004
+GL_POINTS = 0x0000
+GL_ALIASED_POINT_SIZE_RANGE = 0x846D
 
 
 def fragment_highp(ctx: Any) -> tuple[bool, str]:
@@ -45,6 +47,17 @@ def fragment_highp(ctx: Any) -> tuple[bool, str]:
     rng, prec = got
     desc = f"fragment highp float: range {rng}, precision {prec} bits"
     return prec >= 23 and rng[0] >= 126 and rng[1] >= 127, desc
+
+
+def point_size_limit() -> int:
+    """The largest point sprite side (GL_ALIASED_POINT_SIZE_RANGE), 0 where the query fails."""
+    try:
+        from capability_probe.glutil import GLQuery
+
+        got = GLQuery().floats(GL_ALIASED_POINT_SIZE_RANGE, 2)
+    except Exception:  # noqa: BLE001 - no query: the many-quad draws keep their triangles
+        return 0
+    return int(got[1]) if got and got[1] == got[1] else 0
 
 
 class Runtime:
@@ -63,6 +76,7 @@ class Runtime:
         self.max_uniform_vectors = int(info.get("GL_MAX_FRAGMENT_UNIFORM_VECTORS", 16) or 16)
         self.max_varying_vectors = int(info.get("GL_MAX_VARYING_VECTORS", 8) or 8)
         self.max_vertex_uniform_vectors = int(info.get("GL_MAX_VERTEX_UNIFORM_VECTORS", 128) or 128)
+        self.max_point_size = point_size_limit()
         self.channel_varyings = tuning.device_class({"renderer": info.get("GL_RENDERER", "")}) == "llvmpipe"
         self.vertex = shaders.source("gles2/quad.vert", "100")
         # The quad and the VAOs (one per cached program) live as long as the context, like the
@@ -75,25 +89,28 @@ class Runtime:
                 shared["gles2.quad"] = quad
                 device.on_program_evicted.append(functools.partial(_forget_vao, device, quad[1]))
         self.vbo, self._vaos = quad
-        self._shared = shared
-        self._quads: Any = shared.get("gles2.quads") if shared is not None else None
+        self._buffers: dict[str, Any] = shared if shared is not None else {}
 
-    def quads_vbo(self) -> Any:
-        """quads.MAX_QUADS unit quads for shaders/gles2/quads.vert, (corner x, corner y, quad k) per vertex:
-        one buffer per context, like the quad."""
-        if self._quads is None:
-            corners = np.array([[0, 0], [1, 0], [0, 1], [0, 1], [1, 0], [1, 1]], np.float32)
-            data = np.concatenate([np.hstack([corners, np.full((6, 1), q, np.float32)])
-                                   for q in range(quads.MAX_QUADS)])
-            self._quads = self.dev.buffer(data)
-            if self._shared is not None:
-                self._shared["gles2.quads"] = self._quads
-        return self._quads
+    def quads_vbo(self, points: bool) -> Any:
+        """The vertices of shaders/gles2/quads.vert: quads.MAX_QUADS unit quads, (corner x, corner y,
+        quad k) per vertex, or (points) the point sprites' numbers 0 .. quads.MAX_POINTS - 1: one
+        buffer each per context, like the quad."""
+        key = "gles2.points" if points else "gles2.quads"
+        if key not in self._buffers:
+            if points:
+                data = np.arange(quads.MAX_POINTS, dtype=np.float32)
+            else:
+                corners = np.array([[0, 0], [1, 0], [0, 1], [0, 1], [1, 0], [1, 1]], np.float32)
+                data = np.concatenate([np.hstack([corners, np.full((6, 1), q, np.float32)])
+                                       for q in range(quads.MAX_QUADS)])
+            self._buffers[key] = self.dev.buffer(data)
+        return self._buffers[key]
 
     def config(self, precision: str, channel_draw_min_pixels: int | None = CHANNEL_DRAW_MIN_PIXELS) -> Config:
         return Config(precision, self.max_size, self.max_units, self.max_uniform_vectors, channel_draw_min_pixels,
                       channel_varyings=self.channel_varyings, max_varying_vectors=self.max_varying_vectors,
-                      max_vertex_uniform_vectors=self.max_vertex_uniform_vectors)
+                      max_vertex_uniform_vectors=self.max_vertex_uniform_vectors,
+                      max_point_size=self.max_point_size)
 
     def program(self, kernel: Kernel) -> tuple[Any, Any]:
         prog = self.dev.program(kernel.vertex or self.vertex, kernel.fragment)
@@ -103,8 +120,10 @@ class Runtime:
             for i in range(len(kernel.inputs)):
                 if f"t{i}" in prog:
                     prog[f"t{i}"].value = i
-            if kernel.quad_draws is not None:
-                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.quads_vbo(), "3f", "a_quad")])
+            if kernel.quad_points:
+                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.quads_vbo(True), "1f", "a_point")])
+            elif kernel.quad_draws is not None:
+                self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.quads_vbo(False), "3f", "a_quad")])
             else:
                 self._vaos[id(prog)] = self.dev.ctx.vertex_array(prog, [(self.vbo, "2f", "a_pos")])
         return prog, self._vaos[id(prog)]
@@ -278,7 +297,10 @@ class Gles2Segment(Segment):
                 weights.write(data)
                 first_row.value = first
                 rt.dev.dispatched()
-                step.vao.render(GL_TRIANGLES, vertices=6 * count)
+                if step.kernel.quad_points:
+                    step.vao.render(GL_POINTS, vertices=step.kernel.quad_points * count)
+                else:
+                    step.vao.render(GL_TRIANGLES, vertices=6 * count)
                 stats.dispatches += 1
             return
         if step.bands:

@@ -65,6 +65,9 @@ class Config:
     channel_varyings: bool = False
     max_varying_vectors: int = 8
     max_vertex_uniform_vectors: int = 128  # GL_MAX_VERTEX_UNIFORM_VECTORS (quads.vert's weights)
+    # GL_ALIASED_POINT_SIZE_RANGE's largest side: the many-quad draws cover each quad with point
+    # sprites of at most this side (below 2: two triangles per quad)
+    max_point_size: int = 0
 
     @property
     def pack(self) -> int:
@@ -114,6 +117,7 @@ class Kernel(KernelRecord):
     # quads' weights, a row each) per draw, at most ``quads`` quads each (u_w holds ``quads`` rows)
     quad_draws: list[tuple[float, int, np.ndarray]] | None = None
     quads: int = 0
+    quad_points: int = 0  # point sprites per quad (quads.vert's POINTS), 0: two triangles per quad
     uniforms: dict[str, tuple[float, ...]] = field(default_factory=dict)  # set before the step's draws
 
     @property

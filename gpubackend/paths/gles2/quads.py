@@ -27,6 +27,7 @@ from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, activation_functio
 from .layout import Layout, LayoutError
 
 MAX_QUADS = 256  # quads in one draw (the vertex buffer's size)
+MAX_POINTS = 64 * MAX_QUADS  # point sprites in one draw (their vertex buffer's size)
 MAX_CHUNKS = 12  # passes over the reduction (3x3 stride 2, 128 -> 256 at 20x20: 10 passes, 1.31x the direct kernel)
 NAME = "conv_quads"
 
@@ -83,7 +84,7 @@ def quad_products(name: str, g: _Gen, dst: str, dst_shape: tuple[int, ...], prev
             f"float compute(float n, float c, float h, float w) {{ {setup} float acc = {start}; {' '.join(lines)} "
             "return activate(acc); }")
     kernel = g.finish(name, body, dst_shape, output=dst)
-    _quad_grid(kernel, nv, quads, bands, dst_shape, draws)
+    _quad_grid(kernel, nv, quads, bands, dst_shape, draws, cfg.max_point_size)
     return kernel
 
 
@@ -103,14 +104,37 @@ def _draws(weights: np.ndarray, bias: np.ndarray | None, rows: int, cfg: Config)
     return nv, per_draw * bands, draws
 
 
+def point_cover(width: int, height: int, max_side: int) -> tuple[int, int, int] | None:
+    """(side, across, down): the point sprites covering a width x height quad, the last column and
+    row of them shifted back to end at its edge; the cover whose sprites touch the fewest 4x4
+    pixel blocks (llvmpipe shades whole blocks). None where no sprite fits (max_side < 2) or a quad
+    needs more than the vertex buffer holds per quad."""
+    best = None
+    for side in range(min(width, height, max_side), 1, -1):
+        across, down = -(-width // side), -(-height // side)
+        if across * down * MAX_QUADS > MAX_POINTS:
+            break
+        blocks = across * down * (side / 4 + 0.75) ** 2  # blocks a sprite at a random offset touches
+        if best is None or blocks < best[0]:
+            best = (blocks, side, across, down)
+    return None if best is None else best[1:]
+
+
 def _quad_grid(kernel: Kernel, nv: int, quads: int, bands: int, dst_shape: tuple[int, ...], draws: list,
-               row0: float = 0.0) -> None:
-    """Attach the many-quad draws: quads.vert (sizes as uniforms) and its per-step uniforms."""
+               max_point_size: int, row0: float = 0.0) -> None:
+    """Attach the many-quad draws: quads.vert (sizes as uniforms) and its per-step uniforms; point
+    sprites where they fit."""
     h, width = dst_shape[2], dst_shape[3]
-    kernel.vertex = shaders.source("gles2/quads.vert", "100", {"WEIGHT_VARYINGS": nv, "QUADS": quads})
+    cover = point_cover(width // bands, h, max_point_size)
+    defines = {"WEIGHT_VARYINGS": nv, "QUADS": quads} | ({"POINTS": 1} if cover else {})
+    kernel.vertex = shaders.source("gles2/quads.vert", "100", defines)
     kernel.quads, kernel.quad_draws = quads, draws
     kernel.uniforms.update(u_grid=(float(bands), float(width // bands), float(h), 0.0),
                            u_target=(2.0 / width, 2.0 / (dst_shape[1] * h)), u_row0=(row0,))
+    if cover:
+        side, across, down = cover
+        kernel.quad_points = across * down
+        kernel.uniforms["u_points"] = (float(side), float(across), float(across * down), 0.0)
 
 
 @functools.cache
@@ -162,7 +186,7 @@ def plain_gemm(name: str, cfg: Config, src: str, src_shape: tuple[int, ...], dst
     spec = None if act is None else (act.spec[0], tuple(sorted((act.spec[1] or {}).items())))
     fragment = _gemm_fragment(n, nv, bool(prev), bias is not None, spec)
     kernel = Kernel(name, fragment, [src, *([prev] if prev else [])], tuple(dst_shape), output=dst, out_pack=1)
-    _quad_grid(kernel, nv, quads, weights.shape[1], dst_shape, draws, float(c0 * h))
+    _quad_grid(kernel, nv, quads, weights.shape[1], dst_shape, draws, cfg.max_point_size, float(c0 * h))
     kernel.uniforms.update(u_src=(1.0 / src_w, 1.0 / src_h, h / src_h, 0.0), u_dst=(1.0 / dst_w, 1.0 / dst_h))
     return kernel
 

@@ -1,29 +1,35 @@
-"""gles2 3x3 stride-1 convolution as Winograd F(2x2, 3x3), in three draws of RGBA8 fp32 tensors.
+"""gles2 3x3 stride-1 convolution as Winograd F(2x2, 3x3) or F(4x4, 3x3), in three draws of RGBA8
+fp32 tensors.
 
 A gles2 multiply-add costs a texel fetch and an RGBA8 decode (on llvmpipe about 90% of the
-direct kernel's time): Winograd cuts them from 9 C per output to 4 C plus the transforms' share:
+direct kernel's time): Winograd F(m x m, 3x3) with a = m + 2 cuts them from 9 C per output to
+a^2 / m^2 C (4 C for m = 2, 2.25 C for m = 4) plus the transforms' share:
 
-1. V = B^T d B of each 4x4 input patch (one per 2x2 output tile): the scratch tensor V (1, C,
-   tiles_h, 16 tiles_w), entry k = 4a + b of the transform as column band k (so that one texture
-   row holds one tensor row: no index division per fetch); each value is 4 fetches.
-2. M[k, m] = U[k, m, :] . V[k, :] (U = G g G^T, made on the host), M laid out as V: quad GEMMs
-   (``quads.py``), a quad per (output channel m, band k) carrying U[k, m, :] in varyings: C
+1. V = B^T d B of each a x a input patch (one per m x m output tile): the scratch tensor V (1, C,
+   tiles_h, a^2 tiles_w), entry k = a i + j of the transform as column band k (so that one texture
+   row holds one tensor row: no index division per fetch); each value is (nonzeros of a row of
+   B^T)^2 fetches: 4 for m = 2, up to 16 for m = 4.
+2. M[k, o] = U[k, o, :] . V[k, :] (U = G g G^T, made on the host), M laid out as V: quad GEMMs
+   (``quads.py``), a quad per (output channel o, band k) carrying U[k, o, :] in varyings: C
    fetches and no weight loads per value.
-3. ``winograd_out``: Y = A^T M A (9 fetches per output), bias, the fused activation. An output
-   whose sum is not finite (an infinite or NaN input in its window, or an overflow) is recomputed
-   as the direct sum, so IEEE specials come out as the direct kernel gives them: the transforms
-   mix a patch's inputs and would turn +-Inf into NaN.
+3. ``winograd_out``: Y = A^T M A (9 fetches per output for m = 2, up to 25 for m = 4), bias, the
+   fused activation. An output whose sum is not finite (an infinite or NaN input in its window,
+   or an overflow) is recomputed as the direct sum, so IEEE specials come out as the direct kernel
+   gives them: the transforms mix a patch's inputs and would turn +-Inf into NaN.
 
-Only where the weights fit the varyings (``Config.channel_varyings``, llvmpipe), fp32, one image.
+The tile is chosen per layer by an estimate of each one's cost (:func:`choose_tile`). Only where the
+weights fit the varyings (``Config.channel_varyings``, llvmpipe), fp32, one image.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from ... import ops
 from ...graph import Graph, Node
-from ..compute_kernels import WINOGRAD_G  # F(2, 3)'s weight transform; B^T and A^T are adds below
+from ..compute_kernels import WINOGRAD_G  # F(2, 3)'s weight transform
 from .kernels import REGISTRY, Config, Decline, Kernel, _Gen, conv_weight_rows, lit
 from .quads import NAME as QUADS_NAME
 from .quads import chunk_limit, chunks, conv_operands, one_row_per_row, plain_gemm
@@ -35,6 +41,66 @@ MIN_PIXELS = 64
 NAME = "conv_winograd"
 
 
+class WinogradTile(NamedTuple):
+    """F(m x m, 3x3): Y = A^T [(G g G^T) * (B^T d B)] A over a (m + 2)^2 input patch."""
+
+    m: int
+    bt: np.ndarray  # (a, a)
+    g: np.ndarray  # (a, 3)
+    at: np.ndarray  # (m, a)
+
+    @property
+    def a(self) -> int:
+        return self.m + 2
+
+
+F2 = WinogradTile(2, np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+                  WINOGRAD_G, np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64))
+# Lavin and Gray's points 0, +-1, +-2 and infinity
+F4 = WinogradTile(4, np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                               [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+                  np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                            [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+                  np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                           np.float64))
+
+
+def _rows(t: np.ndarray) -> list[list[tuple[int, float]]]:
+    """Each row's (column, coefficient) nonzeros, padded to the longest row with coefficient 0."""
+    rows = [[(j, float(v)) for j, v in enumerate(r) if v] for r in t]
+    n = max(len(r) for r in rows)
+    return [r + [(r[0][0], 0.0)] * (n - len(r)) for r in rows]
+
+
+# F(4x4) where its estimated cost is at least this much under F(2x2)'s (the estimate's spread)
+F4_MARGIN = 1.15
+
+
+def _block_waste(side: int) -> float:
+    """Shaded lanes per pixel of a side x side quad: llvmpipe shades 4x4 blocks, and a quad at a
+    random offset touches (side / 4 + 3/4)^2 of them on average."""
+    return 16 * (side / 4 + 0.75) ** 2 / (side * side)
+
+
+def estimated_cost(tile: WinogradTile, c: int, m: int, h: int, w: int) -> float:
+    """Texel fetches of the three draws on an h x w output: the GEMM's counted per shaded lane
+    (its quads are one tile plane each, so small planes waste lanes), the transforms' (one
+    full-target draw each) at half weight. Fitted to llvmpipe with point-sprite quads: the
+    predicted F(2x2) / F(4x4) time ratio was within 0.15 of the measured one on YOLOv8n's layers
+    (32 -> 32 at 40x40: 1.19 predicted, 1.20 measured; 64 -> 64 at 40x40 1.28 / 1.34; at 20x20
+    1.12 / 0.98; 128 -> 128 at 10x10 0.78 / 0.85)."""
+    th, tw = -(-h // tile.m), -(-w // tile.m)
+    k_in, k_out = len(_rows(tile.bt)[0]), len(_rows(tile.at)[0])
+    gemm = th * tw * tile.a ** 2 * c * m * _block_waste(min(th, tw))
+    return gemm + 0.5 * (th * tw * tile.a ** 2 * c * k_in ** 2 + h * w * m * k_out ** 2)
+
+
+def choose_tile(c: int, m: int, h: int, w: int) -> WinogradTile:
+    """F(4x4, 3x3) where it is clearly cheaper (large planes), else F(2x2, 3x3)."""
+    f2, f4 = (estimated_cost(t, c, m, h, w) for t in (F2, F4))
+    return F4 if f2 >= F4_MARGIN * f4 else F2
+
+
 def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
     if w.shape[2:] != (3, 3) or list(rec.strides) != [1, 1] or list(rec.dilations) != [1, 1]:
@@ -44,70 +110,89 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     c, m = xs[1], ys[1]
     if min(c, m) < MIN_CHANNELS or ys[2] * ys[3] < MIN_PIXELS:
         raise Decline(f"Winograd: {c} -> {m} channels at {ys[2]}x{ys[3]} is too small to pay")
-    parts = chunks(c, chunk_limit(cfg, 16))
-    th, tw = -(-ys[2] // 2), -(-ys[3] // 2)
+    tile = choose_tile(c, m, ys[2], ys[3])
+    bands = tile.a ** 2
+    parts = chunks(c, chunk_limit(cfg, bands))
+    th, tw = -(-ys[2] // tile.m), -(-ys[3] // tile.m)
     v_name = f"{node.name}/winograd_v"
-    v_shape, m_shape = (1, c, th, 16 * tw), (1, m, th, 16 * tw)
+    v_shape, m_shape = (1, c, th, bands * tw), (1, m, th, bands * tw)
     one_row_per_row(cfg, v_shape)
     pt, pl = rec.pads_begin
-    u = np.einsum("ai,mcij,bj->mabc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G).reshape(m, 16, c)
+    u = np.einsum("ai,mcij,bj->mabc", tile.g, w.astype(np.float64), tile.g).reshape(m, bands, c)
     bias = np.zeros(m, np.float32) if bias is None else bias
-    kernels = [_transform_in(node, graph, cfg, x, v_name, v_shape, xs, pt, pl)]
+    kernels = [_transform_in(node, graph, cfg, tile, x, v_name, v_shape, xs, pt, pl)]
     m_name = ""
     for i, (c0, c1) in enumerate(parts):
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
         kernels.append(plain_gemm(NAME, cfg, v_name, v_shape, m_name, m_shape, prev, c0, u[:, :, c0:c1], None, None))
-    kernels.append(_transform_out(node, graph, cfg, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
+    kernels.append(_transform_out(node, graph, cfg, tile, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
     return kernels
 
 
-def _sel(v: str, table: tuple[float, float, float, float]) -> str:
-    """``table[v]`` for v in 0..3 (a float), branch-free."""
-    return (f"dot(vec4(equal(vec4({v}), vec4(0.0, 1.0, 2.0, 3.0))), "
-            f"vec4({', '.join(lit(t) for t in table)}))")
+def _sel(v: str, table: list[float]) -> str:
+    """``table[v]`` for v in 0..len(table) - 1 (a float), branch-free."""
+    if len(set(table)) == 1:
+        return lit(table[0])
+    terms = []
+    for i0 in range(0, len(table), 4):
+        part = table[i0:i0 + 4]
+        n = len(part)
+        vec = f"vec{n}" if n > 1 else "float"
+        keys = ", ".join(lit(i0 + i) for i in range(n))
+        if n == 1:
+            terms.append(f"({v} == {keys} ? {lit(part[0])} : 0.0)")
+        else:
+            terms.append(f"dot({vec}(equal({vec}({v}), {vec}({keys}))), {vec}({', '.join(lit(t) for t in part)}))")
+    return " + ".join(terms)
 
 
-def _transform_in(node: Node, graph: Graph, cfg: Config, x: str, v_name: str, v_shape: tuple[int, ...],
-                  xs: tuple[int, ...], pt: int, pl: int) -> Kernel:
-    """V[c, ty, k tw + tx] = (B^T d B)[a, b] for k = 4a + b: row a of B^T combines patch rows
-    (0, 2) as d0 - d2, (1, 2) as d1 + d2, (2, 1) as d2 - d1, (1, 3) as d1 - d3; then the columns."""
+def _pick(var: str, rows: list[list[tuple[int, float]]], prefix: str) -> list[str]:
+    """GLSL locals ``{prefix}p{i}`` / ``{prefix}s{i}``: the i-th (column, coefficient) of row ``var``."""
+    return [f"float {prefix}p{i} = {_sel(var, [r[i][0] for r in rows])}; "
+            f"float {prefix}s{i} = {_sel(var, [r[i][1] for r in rows])};" for i in range(len(rows[0]))]
+
+
+def _transform_in(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, x: str, v_name: str,
+                  v_shape: tuple[int, ...], xs: tuple[int, ...], pt: int, pl: int) -> Kernel:
+    """V[c, ty, k tw + tx] = (B^T d B)[i, j] for k = a i + j: row i of B^T's nonzeros (padded with
+    zero coefficients to the longest row) pick the patch rows, row j's the columns."""
     g = _Gen(node, graph, cfg)
     g.scratch[v_name] = v_shape
     ld = g.load(x)
-    body = [
-        "float compute(float n, float c, float h, float w) {",
-        f"    float k = g2_idiv(w, {lit(v_shape[3] // 16)}); w -= k * {lit(v_shape[3] // 16)};",
-        "    float a = floor(k * 0.25); float b = k - 4.0 * a;",
-        f"    float r1 = {_sel('a', (0, 1, 2, 1))}; float r2 = {_sel('a', (2, 2, 1, 3))};",
-        f"    float sa = {_sel('a', (-1, 1, -1, -1))};",
-        f"    float s1 = {_sel('b', (0, 1, 2, 1))}; float s2 = {_sel('b', (2, 2, 1, 3))};",
-        f"    float sb = {_sel('b', (-1, 1, -1, -1))};",
-        f"    float y1 = 2.0 * h + r1 - {lit(pt)}; float y2 = 2.0 * h + r2 - {lit(pt)};",
-        f"    float x1 = 2.0 * w + s1 - {lit(pl)}; float x2 = 2.0 * w + s2 - {lit(pl)};",
-        f"    bool oy1 = y1 >= 0.0 && y1 < {lit(xs[2])}; bool oy2 = y2 >= 0.0 && y2 < {lit(xs[2])};",
-        f"    bool ox1 = x1 >= 0.0 && x1 < {lit(xs[3])}; bool ox2 = x2 >= 0.0 && x2 < {lit(xs[3])};",
-        f"    float d11 = oy1 && ox1 ? {ld}(0.0, c, y1, x1) : 0.0;",
-        f"    float d21 = oy2 && ox1 ? {ld}(0.0, c, y2, x1) : 0.0;",
-        f"    float d12 = oy1 && ox2 ? {ld}(0.0, c, y1, x2) : 0.0;",
-        f"    float d22 = oy2 && ox2 ? {ld}(0.0, c, y2, x2) : 0.0;",
-        "    return (d11 + sa * d21) + sb * (d12 + sa * d22);",
-        "}"]
+    a, rows = tile.a, _rows(tile.bt)
+    n = len(rows[0])
+    tw = v_shape[3] // (a * a)
+    body = ["float compute(float n, float c, float h, float w) {",
+            f"    float k = g2_idiv(w, {lit(tw)}); w -= k * {lit(tw)};",
+            f"    float i = g2_idiv(k, {lit(a)}); float j = k - {lit(a)} * i;",
+            *("    " + line for line in _pick("i", rows, "r") + _pick("j", rows, "q")),
+            "    float z = 0.0;"]
+    for r in range(n):
+        body.append(f"    float y{r} = {lit(tile.m)} * h + rp{r} - {lit(pt)}; "
+                    f"bool oy{r} = y{r} >= 0.0 && y{r} < {lit(xs[2])};")
+        body.append(f"    float x{r} = {lit(tile.m)} * w + qp{r} - {lit(pl)}; "
+                    f"bool ox{r} = x{r} >= 0.0 && x{r} < {lit(xs[3])};")
+    for r in range(n):
+        row = " + ".join(f"qs{q} * (oy{r} && ox{q} ? {ld}(0.0, c, y{r}, x{q}) : 0.0)" for q in range(n))
+        body.append(f"    z += rs{r} * ({row});")
+    body += ["    return z;", "}"]
     return g.finish(NAME, "\n".join(body), v_shape, output=v_name)
 
 
-def _transform_out(node: Node, graph: Graph, cfg: Config, rec: ops.ConvRecord, x: str, m_name: str,
-                   m_shape: tuple[int, ...], xs: tuple[int, ...], ys: tuple[int, ...], pt: int, pl: int,
-                   w: np.ndarray, bias: np.ndarray) -> Kernel:
-    """Y[m, oy, ox] = (A^T M A)[p, q] + bias, p = oy % 2, q = ox % 2 (entry k of the tile in
-    column k tw + tx of M): row p of A^T sums entries
-    (0, 1, 2) as m0 + m1 + m2 and (1, 2, 3) as m1 - m2 - m3; then the columns. Not finite: the
-    direct sum (a loop over the input channels, every tap inside)."""
+def _transform_out(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, rec: ops.ConvRecord, x: str,
+                   m_name: str, m_shape: tuple[int, ...], xs: tuple[int, ...], ys: tuple[int, ...], pt: int,
+                   pl: int, w: np.ndarray, bias: np.ndarray) -> Kernel:
+    """Y[o, oy, ox] = (A^T M A)[p, q] + bias, p = oy % m, q = ox % m (entry k = a i + j of the tile
+    in column k tw + tx of M), row p of A^T's nonzeros picking the entries' rows, row q's their
+    columns. Not finite: the direct sum (a loop over the input channels, every tap inside)."""
     g = _Gen(node, graph, cfg)
     g.act = rec.act
     g.scratch[m_name] = m_shape
     lm = g.load(m_name)
     lx = g.load(x)
-    c, tw = xs[1], m_shape[3] // 16
+    a, rows, mt = tile.a, _rows(tile.at), tile.m
+    n = len(rows[0])
+    c, tw = xs[1], m_shape[3] // (a * a)
     lw = g.const(node.name + "/gles2_winograd_wb", conv_weight_rows(w, bias))
     taps = []
     for t in range(9):
@@ -115,27 +200,23 @@ def _transform_out(node: Node, graph: Graph, cfg: Config, rec: ops.ConvRecord, x
         taps.append(f"if (h + {lit(kh - pt)} >= 0.0 && h + {lit(kh - pt)} < {lit(xs[2])} && "
                     f"w + {lit(kw - pl)} >= 0.0 && w + {lit(kw - pl)} < {lit(xs[3])}) "
                     f"acc += {lx}(0.0, ci, h + {lit(kh - pt)}, w + {lit(kw - pl)}) * {lw}(0.0, c, {lit(t)}, ci);")
-    body = [
-        "float compute(float n, float c, float h, float w) {",
-        "    float ty = floor(h * 0.5); float p = h - 2.0 * ty;",
-        "    float tx = floor(w * 0.5); float q = w - 2.0 * tx;",
-        "    float sp = p < 0.5 ? 1.0 : -1.0; float sq = q < 0.5 ? 1.0 : -1.0;",
-        "    float z = 0.0;",
-        "    for (int i = 0; i < 3; i++) {",
-        f"        float col = (4.0 * (p + float(i)) + q) * {lit(tw)} + tx;",
-        f"        float s = ({lm}(0.0, c, ty, col) + sq * {lm}(0.0, c, ty, col + {lit(tw)})) "
-        f"+ sq * {lm}(0.0, c, ty, col + {lit(2 * tw)});",
-        "        z = i == 0 ? s : z + sp * s;",
-        "    }",
-        f"    float bias = {lw}(0.0, c, 0.0, {lit(c)});",
-        "    if (g2_isnan(z) || abs(z) > 3.40282347e38) {",
-        "        float acc = 0.0;",
-        f"        for (int i = 0; i < {c}; i++) {{ float ci = float(i); {' '.join(taps)} }}",
-        "        z = acc;",
-        "    }",
-        "    return activate(z + bias);",
-        "}"]
-    return g.finish(NAME, "\n".join(body), ys, loops=4 + c + 1)
+    body = ["float compute(float n, float c, float h, float w) {",
+            f"    float ty = floor(h * {lit(1 / mt)}); float p = h - {lit(mt)} * ty;",
+            f"    float tx = floor(w * {lit(1 / mt)}); float q = w - {lit(mt)} * tx;",
+            *("    " + line for line in _pick("p", rows, "r") + _pick("q", rows, "s")),
+            "    float z = 0.0;"]
+    for r in range(n):
+        row = " + ".join(f"ss{q} * {lm}(0.0, c, ty, ({lit(a)} * rp{r} + sp{q}) * {lit(tw)} + tx)" for q in range(n))
+        body.append(f"    z += rs{r} * ({row});")
+    body += [f"    float bias = {lw}(0.0, c, 0.0, {lit(c)});",
+             "    if (g2_isnan(z) || abs(z) > 3.40282347e38) {",
+             "        float acc = 0.0;",
+             f"        for (int i = 0; i < {c}; i++) {{ float ci = float(i); {' '.join(taps)} }}",
+             "        z = acc;",
+             "    }",
+             "    return activate(z + bias);",
+             "}"]
+    return g.finish(NAME, "\n".join(body), ys, loops=c + 1)
 
 
 # before the quad GEMM and channel-draw kernels, after the int8-weight one (quant_kernels puts it first)
