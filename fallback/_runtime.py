@@ -10,8 +10,9 @@ with one thread per usable core by default) the heavy kernels split their work i
 independent parts (output channels, column bands) run by :func:`parallel` on a small thread pool;
 NumPy releases the GIL inside BLAS calls and ufunc loops, so the parts run on separate cores. The
 parts compute each output element with the same operations as one thread (GEMMs split by rows or
-columns of the output, not along their depth), so results agree within BLAS's rounding, in practice
-bit for bit. Outside that scope (the reference kernels as tests call them) everything runs on the
+columns of the output, not along their depth), so results agree within BLAS's rounding (bit for
+bit on some CPUs; OpenBLAS's AVX-512 edge kernels sum a part's last columns in another order).
+Outside that scope (the reference kernels as tests call them) everything runs on the
 calling thread. The pool is made on first use, never at import.
 
 Why one BLAS thread is the CPU path's default inside a run: on a small shared machine a
@@ -321,8 +322,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     0.55-0.65x the pool split's time in BLAS's threads. On busy cores BLAS's threads are much
     slower (each split waits for both to get a core: a whole YOLOv8n run 2.3x slower beside two
     busy processes), where the pool split, whose parts not started yet run on the calling thread,
-    holds up. The ways differ only in rounding: the pool split and one thread agree bit for bit;
-    BLAS's threads may sum some blocks in another order (differences of an ulp)."""
+    holds up. The ways differ only in rounding: a part's edge columns (AVX-512 OpenBLAS)
+    and BLAS's threads may sum some blocks in another order (differences of an ulp or a few)."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     threads = _kernel_threads.get()
     if threads <= 1 or m * n * k < 2 * MIN_PART_WORK:
