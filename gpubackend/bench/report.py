@@ -113,7 +113,8 @@ def roofline_lines(result: dict[str, Any], limit: int = 12) -> list[str]:
             out += ["  " + ln for ln in point_table(pts[:limit])]
     sweep = result.get("kernels")
     if sweep and result.get("model") is None:
-        out += ["", "large kernels (per-node timing, median of 3):"] + point_table(sweep, with_path=True)
+        out += ["", "large kernels (per-node timing, median of 5 after a warm-up run):"]
+        out += point_table(sweep, with_path=True)
     return out
 
 

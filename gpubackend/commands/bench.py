@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if results[0][0]["model"] is None:
         print("\n".join(report.roofline_lines(results[0][0])).lstrip("\n"))
     elif results[0][0].get("kernels"):
-        print("\nlarge kernels (per-node timing, median of 3):")
+        print("\nlarge kernels (per-node timing, median of 5 after a warm-up run):")
         print("\n".join(report.point_table(results[0][0]["kernels"], with_path=True)))
         print("\n".join(ln for ln in report.target_lines(results[0][0]) if "FMA peak" in ln or "targets" in ln))
     if args.record:
