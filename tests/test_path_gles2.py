@@ -230,11 +230,13 @@ def test_declines_with_reasons():
     assert "constant" in p.decline(Node("r", "Resize", ["x", "", "s"], ["y"], {"mode": "linear"}), g)
     from gpubackend.paths import gles2
 
-    d = gles2.create("fp32", frozenset({"depthwise"}))
+    d = gles2.create("fp32", frozenset({"depthwise", "depthwise_quads"}))
     g = Graph([], ["x"], ["y"], {"w": rnd(3, 1, 3, 3)}, {"x": (1, 3, 5, 5), "y": (1, 3, 3, 3)})
     node = Node("c", "Conv", ["x", "w"], ["y"], {"group": 3})
     assert "disabled" in d.decline(node, g)
     assert gles2.kernel_name(node, g) == "depthwise"
+    # on llvmpipe (weights in varyings) the quad-drawn depthwise kernel runs unless it is disabled too
+    assert gles2.create("fp32", frozenset({"depthwise"})).kernel_name_for(node, g) == "depthwise_quads"
 
 
 # ---- llvmpipe's loop limit -------------------------------------------------------------------
@@ -690,7 +692,8 @@ def test_conv_with_channel_draws_matches_fallback(case, precision, varyings):
     if precision == "fp16":
         x = x.astype(np.float16).astype(np.float32)
     want = reference("Conv", [x, consts["w"], consts["b"]], dict(attrs), 17)
-    path = gles2.create(precision, frozenset({"conv_quads", "conv_winograd"}), channel_draw_min_pixels=0)
+    path = gles2.create(precision, frozenset({"conv_quads", "conv_winograd", "depthwise_quads"}),
+                        channel_draw_min_pixels=0)
     path.poison = True
     if not path.runtime.channel_varyings:
         pytest.fail("channel_varyings is off on this llvmpipe context")
@@ -773,6 +776,13 @@ _QUAD_CASES = {
     "5x3-dilated-asymmetric": ((1, 6, 12, 9), (7, 6, 5, 3), {"pads": [2, 1, 0, 3], "dilations": [2, 1],
                                                              "_act": ("Relu", {})}, "conv_quads", 1),
     "1x1-chunked": ((1, 300, 6, 5), (20, 300, 1, 1), {"_act": ("Sigmoid", {"gate": 1})}, "conv_quads", 3),
+    # depthwise: the taps of the quad's own channel, 256 channels (quads) to a draw
+    "depthwise-3x3": ((1, 32, 12, 11), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 32}, "depthwise_quads", 1),
+    "depthwise-5x5-stride2-asymmetric": ((1, 24, 13, 10), (24, 1, 5, 5), {"pads": [2, 1, 2, 3], "strides": [2, 2],
+                                                                          "group": 24, "_act": ("Relu", {})},
+                                         "depthwise_quads", 1),
+    "depthwise-300ch-silu": ((1, 300, 8, 7), (300, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 300,
+                                                              "_act": ("Sigmoid", {"gate": 1})}, "depthwise_quads", 2),
 }
 _QUAD_RUNS = [(name, m) for name, case in _QUAD_CASES.items() for m in (case[4] if isinstance(case[4], dict) else [0])]
 _TRIANGLE_PATH: list[Any] = []

@@ -167,7 +167,7 @@ class _Step:
 
 
 # the Conv kernels whose activate() applies a gated activation (SiLU fused: fuse_silu)
-GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_winograd", "conv_quads"})
+GATE_KERNELS = frozenset({"conv", "conv1x1", "depthwise", "conv_winograd", "conv_quads", "depthwise_quads"})
 
 
 class Gles2Segment(Segment):

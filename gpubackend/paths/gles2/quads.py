@@ -30,6 +30,7 @@ MAX_QUADS = 256  # quads in one draw (the vertex buffer's size)
 MAX_POINTS = 64 * MAX_QUADS  # point sprites in one draw (their vertex buffer's size)
 MAX_CHUNKS = 12  # passes over the reduction (3x3 stride 2, 128 -> 256 at 20x20: 10 passes, 1.31x the direct kernel)
 NAME = "conv_quads"
+DEPTHWISE_NAME = "depthwise_quads"  # the depthwise convs gen_conv_quads draws (one record, its own verdict)
 
 
 def chunk_limit(cfg: Config, bands: int) -> int:
@@ -202,7 +203,8 @@ class ConvOperands(NamedTuple):
 
 def conv_operands(node: Node, graph: Graph, cfg: Config) -> ConvOperands:
     """What a quad-GEMM convolution needs, or a Decline: fp32 with the weights in varyings
-    (``Config.channel_varyings``), constant float weights and bias, one group, one 2-D image."""
+    (``Config.channel_varyings``), constant float weights and bias, one 2-D image, one group or
+    depthwise (a group per input channel, one output channel each)."""
     rec = ops.require(node, graph, ops.ConvRecord)
     x, wname = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -213,24 +215,30 @@ def conv_operands(node: Node, graph: Graph, cfg: Config) -> ConvOperands:
         raise Decline("needs fp32 and the weights in varyings (Config.channel_varyings)")
     if wname not in graph.constants or (b and b not in graph.constants):
         raise Decline("the weights and bias must be constants")
-    if len(xs) != 4 or xs[0] != 1 or rec.group != 1:
-        raise Decline("not an ungrouped 2-D convolution of one image")
+    if len(xs) != 4 or xs[0] != 1 or rec.group not in (1, xs[1]) or (rec.group > 1 and ys[1] != xs[1]):
+        raise Decline("not an ungrouped or depthwise 2-D convolution of one image")
     bias = graph.constants[b].astype(np.float32).reshape(-1) if b else None
     return ConvOperands(rec, x, xs, ys, np.asarray(graph.constants[wname], np.float32), bias)
 
 
-def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
-    """An ungrouped 2-D convolution of one image (any kernel, stride, dilation, padding) as quad
-    GEMMs over (tap, input channel), in passes over slices of the input channels: bias in the
-    first pass, the fused activation in the last. Taps that never leave the input need no bounds
-    check; a 1x1 unpadded conv runs on the shared GEMM shader (:func:`plain_gemm`)."""
+def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel] | Kernel:
+    """An ungrouped or depthwise 2-D convolution of one image (any kernel, stride, dilation,
+    padding) as quad GEMMs over (tap, input channel), in passes over slices of the input
+    channels: bias in the first pass, the fused activation in the last. Taps that never leave the
+    input need no bounds check; a 1x1 unpadded conv runs on the shared GEMM shader
+    (:func:`plain_gemm`). A depthwise conv is one pass whose terms are the taps of the quad's own
+    channel: one draw for up to 256 channels where the channel draws of ``gen_conv`` take one each
+    (and upload each channel's weights)."""
     rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
     kh, kw = w.shape[2:]
     (sh, sw), (dh, dw), (pt, pl) = rec.strides, rec.dilations, rec.pads_begin
     c, m = xs[1], ys[1]
     one_row_per_row(cfg, xs)
     ntaps = kh * kw
-    if (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(rec.pads_begin) and not any(rec.pads_end):
+    depthwise = rec.group > 1
+    if depthwise and ntaps >= chunk_limit(cfg, 1):
+        raise Decline(f"a {kh}x{kw} depthwise kernel has more taps than a pass holds")
+    if not depthwise and (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(rec.pads_begin) and not any(rec.pads_end):
         parts = chunks(c, chunk_limit(cfg, 1))
         kernels, prev = [], ""
         for i, (c0, c1) in enumerate(parts):  # a 1x1 conv: passes of the shared GEMM shader
@@ -254,6 +262,13 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         if cond:
             setup.append(f"bool ok{t} = {' && '.join(cond)};")
         guards.append(f"ok{t}" if cond else "")
+    if depthwise:
+        k = _Gen(node, graph, cfg)
+        k.act = rec.act
+        ld = k.load(x)
+        terms = [(guards[t], f"{ld}(0.0, c, ih{t}, iw{t})") for t in range(ntaps)]
+        return quad_products(DEPTHWISE_NAME, k, node.outputs[0], ys, "", w.reshape(m, 1, ntaps), terms, bias, "",
+                             " ".join(setup))
     # passes over slices of the input channels, every tap in each, the slice's first channel a
     # uniform: passes of one size and role share one program (llvmpipe JITs each about 11 ms per
     # texel fetch in it)

@@ -103,8 +103,8 @@ def choose_tile(c: int, m: int, h: int, w: int) -> WinogradTile:
 
 def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
-    if w.shape[2:] != (3, 3) or list(rec.strides) != [1, 1] or list(rec.dilations) != [1, 1]:
-        raise Decline("Winograd: not a 3x3 stride-1 undilated convolution")
+    if w.shape[2:] != (3, 3) or list(rec.strides) != [1, 1] or list(rec.dilations) != [1, 1] or rec.group != 1:
+        raise Decline("Winograd: not an ungrouped 3x3 stride-1 undilated convolution")
     if not np.isfinite(w).all():
         raise Decline("Winograd: weights that are not all finite would spread NaN through the transforms")
     c, m = xs[1], ys[1]
