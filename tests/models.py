@@ -139,6 +139,17 @@ def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) ->
     return sess.run(None, feeds)
 
 
+def assert_same_specials_and_close(got: np.ndarray, want: np.ndarray, tol: float, what: str = "") -> None:
+    """NaN where ``want`` has NaN, the same infinities, and the finite rest within ``tol`` by the
+    project's measure max |got - want| / max(1, max |want|)."""
+    assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN positions differ"
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), f"{what}: infinities differ"
+    fin = np.isfinite(want)
+    err = float(np.abs(got[fin] - want[fin]).max(initial=0.0)) / max(1.0, float(np.abs(want[fin]).max(initial=0.0)))
+    assert err <= tol, f"{what}: error {err:.3g}"
+
+
 def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, what: str = "") -> None:
     """Norm-relative closeness with an elementwise bound: |got - want| <= rtol * (|want| + max|want|*rtol)."""
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from models import assert_same_specials_and_close
 from onnx import TensorProto, helper, numpy_helper
 
 import gpubackend
@@ -80,10 +81,5 @@ def test_silu_fuses_into_the_producer_and_keeps_nan_and_inf(path: str, names: tu
     else:  # one dispatch per fused producer, four for the kept chain (conv, Sigmoid, Mul, Add)
         assert sess.stats.dispatches == len(names) + 4
     for name, g, w in zip([*names, "kept"], got, want):
-        assert np.array_equal(np.isnan(g), np.isnan(w)), f"{name}: NaN positions differ"
-        inf = np.isinf(w)
-        assert np.array_equal(g[inf], w[inf]), f"{name}: infinities differ"
-        fin = np.isfinite(w)
-        err = float(np.abs(g[fin] - w[fin]).max()) / max(1.0, float(np.abs(w[fin]).max()))
-        assert err <= 1e-4, f"{name}: error {err:.3g}"
+        assert_same_specials_and_close(g, w, 1e-4, name)
     assert all(np.isnan(w).any() for w in want)

@@ -36,6 +36,7 @@ from .records import (
     lower,
     node_signature,
     require,
+    residual_into,
     silu_into,
     validate,
 )
@@ -44,4 +45,4 @@ __all__ = ["Activation", "DequantizedWeight", "QuantRecord", "quant",
            "ArgRecord", "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
            "GemmRecord", "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record",
            "ReduceRecord", "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord",
-           "activation", "lower", "node_signature", "require", "validate", "silu_into"]
+           "activation", "lower", "node_signature", "require", "validate", "silu_into", "residual_into"]

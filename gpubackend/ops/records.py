@@ -236,6 +236,17 @@ def silu_into(conv: Node, output: str) -> Node:
                 {**conv.attrs, "_act": Activation("Sigmoid", gate=True).spec}, conv.domain)
 
 
+def residual_into(conv: Node, residual: str, output: str) -> Node:
+    """``conv`` writing ``output = y + residual`` of its result ``y`` (after its fused activation, if
+    any): a residual Add after a Conv, fused by a path that found the pattern
+    (``segment_services.fuse_residual_adds``); ``residual`` has the output's shape. The tensor is
+    named by the ``_residual`` attribute, which only that path's kernels read."""
+    if "_residual" in conv.attrs:
+        raise ValueError(f"{conv.name} adds a residual already")
+    return Node(conv.name, conv.op_type, list(conv.inputs), [output], {**conv.attrs, "_residual": residual},
+                conv.domain)
+
+
 def _fused(node: Node) -> Activation | None:
     spec = node.attrs.get("_act")
     try:

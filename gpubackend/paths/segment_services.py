@@ -93,6 +93,59 @@ def fuse_silu(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: Ite
     return [steps[i] for i in keep], [out[i] for i in keep]
 
 
+def residual_convs(nodes: list[Node], graph: Graph, outputs: Iterable[str]) -> list[tuple[int, int, str]]:
+    """(conv, add, residual) of each standard ``Add(y, r)`` (either order) after a Conv writing y,
+    where y is read by the Add only, is not among ``outputs`` (the segment's) or the graph's
+    outputs, and y, r and the sum are float32 of one shape (no broadcast): the Conv can write the
+    sum itself (``ops.residual_into``) where the path's kernel for it adds a residual
+    (:func:`fuse_residual_adds`)."""
+    keep = set(outputs) | set(graph.outputs)
+    readers = {name: len(users) for name, users in graph.consumers().items()}
+    index_of = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    found = []
+    for add, node in enumerate(nodes):
+        if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or \
+                node.inputs[0] == node.inputs[1]:
+            continue
+        for y, r in (node.inputs, node.inputs[::-1]):
+            conv = index_of.get(y)
+            if conv is None or conv > add or readers.get(y) != 1 or y in keep or not r:
+                continue
+            conv_node = nodes[conv]
+            if conv_node.op_type != "Conv" or conv_node.domain not in ("", "ai.onnx") or len(conv_node.outputs) != 1 \
+                    or "_residual" in conv_node.attrs:
+                continue
+            shapes = {graph.shape(n) for n in (y, r, node.outputs[0])}
+            if len(shapes) != 1 or None in shapes or any(
+                    np.dtype(graph.dtypes.get(n, np.float32)) != np.float32 for n in (y, r, node.outputs[0])):
+                continue
+            found.append((conv, add, r))
+            break
+    return found
+
+
+def fuse_residual_adds(nodes: list[Node], payloads: list[Any], graph: Graph, outputs: Iterable[str],
+                       kernels: KernelCache, residual_kernels: frozenset[str]) -> tuple[list[Node], list[Any]]:
+    """The (node, payload) steps with residual Adds fused (:func:`residual_convs`): the Conv becomes
+    ``ops.residual_into`` at the Add's place (where the residual and the Conv's inputs are all
+    written) and the Add is no step, where the path's kernels for the Conv, before and after, are
+    all in ``residual_kernels`` and the fused node has a kernel. Saves a draw or dispatch per Add,
+    and a tensor's store and two loads."""
+    from .. import ops
+
+    steps, out, fused = list(nodes), list(payloads), set()
+    for conv, add, residual in residual_convs(nodes, graph, outputs):
+        node = ops.residual_into(nodes[conv], residual, nodes[add].outputs[0])
+        hit = kernels.get(node, graph)
+        if isinstance(hit, str) or not all(k.kernel_name in residual_kernels for p in (out[conv], hit.payload)
+                                           for k in (p if isinstance(p, list) else [p])):
+            continue
+        steps[add], out[add] = node, hit.payload
+        fused.add(conv)
+    keep = [i for i in range(len(nodes)) if i not in fused]
+    return [steps[i] for i in keep], [out[i] for i in keep]
+
+
 # ---- liveness and storage reuse --------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from ... import mixed_precision, tuning
 from ...graph import Graph, Node
 from ..base import Path, RunStats, Segment
 from ..kernel_contract import KernelCache
-from ..segment_services import fuse_silu, plan_storage, run_steps
+from ..segment_services import fuse_residual_adds, fuse_silu, plan_storage, run_steps
 from . import quads, quant_kernels, slice_norm_kernels, winograd  # noqa: F401  (add to REGISTRY)
 from .kernels import CHANNEL_DRAW_MIN_PIXELS, REGISTRY, Config, Kernel, generate
 from .layout import Layout
@@ -188,6 +188,8 @@ class Gles2Segment(Segment):
         # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
         steps, payloads = fuse_silu(nodes, path.kernels.payloads(nodes, graph, KEY), graph, outputs, path.kernels,
                                     GATE_KERNELS)
+        # a residual Add after a conv: added in the conv's last draw (fp32; _Gen.finish, plain_gemm)
+        steps, payloads = fuse_residual_adds(steps, payloads, graph, outputs, path.kernels, GATE_KERNELS)
         every: list[tuple[Node, Kernel, str]] = [
             (node, k, k.output or node.outputs[0]) for node, payload in zip(steps, payloads)
             for k in (payload if isinstance(payload, list) else [payload])]

@@ -139,23 +139,28 @@ def _quad_grid(kernel: Kernel, nv: int, quads: int, bands: int, dst_shape: tuple
 
 
 @functools.cache
-def _gemm_fragment(n: int, nv: int, prev: bool, bias: bool, act: tuple | None) -> str:
+def _gemm_fragment(n: int, nv: int, prev: bool, bias: bool, act: tuple | None, residual: bool = False) -> str:
     """A quad GEMM pass whose operand is the source at the fragment's own texel column and row
     plus an offset (``v_row`` + k H rows for term k): no size or position in the text, so every
     layer with the same term count, flags and activation shares the program (and llvmpipe's JIT of
-    it, about 11 ms per texel fetch). ``act``: (op, sorted parameter items) or None (hashable)."""
+    it, about 11 ms per texel fetch). ``act``: (op, sorted parameter items) or None (hashable);
+    ``residual``: a tensor laid out as the output added after it (the next sampler)."""
     terms = []
     for k in range(n):
         terms.append(f"acc += g2_decode32(texture2D(t0, vec2(x, y0 + {lit(k)} * u_src.z))) "
                      f"* v_w[{k // 4}].{'xyzw'[k % 4]};")
     start = "g2_decode32(texture2D(t1, fc * u_dst))" if prev else "0.0"
+    res = f"t{1 + prev}"
+    result = f"activate(acc) + g2_decode32(texture2D({res}, fc * u_dst))" if residual else "activate(acc)"
     if bias:
         start += f" + v_w[{n // 4}].{'xyzw'[n % 4]}"
     body = "\n".join([
         "uniform sampler2D t0;  // the operand",
-        "uniform sampler2D t1;  // the previous pass's sums (PREV), laid out as the output",
+        *([] if residual and not prev else
+          ["uniform sampler2D t1;  // the previous pass's sums (PREV), laid out as the output"]),
         "uniform vec4 u_src;    // 1 / operand width, 1 / operand height, rows per channel / operand height",
         "uniform vec2 u_dst;    // 1 / output width, 1 / output height",
+        *([f"uniform sampler2D {res};  // the residual (RESIDUAL), laid out as the output"] if residual else []),
         f"varying vec4 v_w[{nv}];",
         "varying float v_row;",
         activation_function(None if act is None else (act[0], dict(act[1]))),
@@ -165,17 +170,18 @@ def _gemm_fragment(n: int, nv: int, prev: bool, bias: bool, act: tuple | None) -
         "    float y0 = (fc.y + v_row) * u_src.y;",
         f"    float acc = {start};",
         *(f"    {t}" for t in terms),
-        "    gl_FragColor = g2_encode32(activate(acc));",
+        f"    gl_FragColor = g2_encode32({result});",
         "}"])
     return shaders.source("gles2/kernel.frag", "100") + "\n" + body + "\n"
 
 
 def plain_gemm(name: str, cfg: Config, src: str, src_shape: tuple[int, ...], dst: str, dst_shape: tuple[int, ...],
                prev: str, c0: int, weights: np.ndarray, bias: np.ndarray | None,
-               act: ops.Activation | None) -> Kernel:
+               act: ops.Activation | None, residual: str = "") -> Kernel:
     """dst[m, h, k W + w] = prev[...] + bias[m] + sum_j weights[m, k, j] src[c0 + j, h, k W + w], then
-    ``act``: a quad GEMM pass whose operand is at the output's own texel column (``src`` as wide as
-    ``dst``, the same rows per channel), with the shared fragment shader of :func:`_gemm_fragment`."""
+    ``act``, then + residual[m, h, k W + w] (optional, dst's shape): a quad GEMM pass whose operand
+    is at the output's own texel column (``src`` as wide as ``dst``, the same rows per channel),
+    with the shared fragment shader of :func:`_gemm_fragment`."""
     one_row_per_row(cfg, src_shape, dst_shape)
     if src_shape[2:] != dst_shape[2:]:
         raise Decline(f"operand {src_shape} and output {dst_shape} differ in rows or width")
@@ -185,8 +191,9 @@ def plain_gemm(name: str, cfg: Config, src: str, src_shape: tuple[int, ...], dst
     dst_w, dst_h = Layout.of(dst_shape, 1, cfg.max_size).size
     nv, quads, draws = _draws(weights, bias, h, cfg)
     spec = None if act is None else (act.spec[0], tuple(sorted((act.spec[1] or {}).items())))
-    fragment = _gemm_fragment(n, nv, bool(prev), bias is not None, spec)
-    kernel = Kernel(name, fragment, [src, *([prev] if prev else [])], tuple(dst_shape), output=dst, out_pack=1)
+    fragment = _gemm_fragment(n, nv, bool(prev), bias is not None, spec, bool(residual))
+    kernel = Kernel(name, fragment, [src, *([prev] if prev else []), *([residual] if residual else [])],
+                    tuple(dst_shape), output=dst, out_pack=1)
     _quad_grid(kernel, nv, quads, weights.shape[1], dst_shape, draws, cfg.max_point_size, float(c0 * h))
     kernel.uniforms.update(u_src=(1.0 / src_w, 1.0 / src_h, h / src_h, 0.0), u_dst=(1.0 / dst_w, 1.0 / dst_h))
     return kernel
@@ -245,7 +252,8 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel] | Kern
             last = i == len(parts) - 1
             dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
             kernels.append(plain_gemm(NAME, cfg, x, xs, dst, ys, prev, c0, w.reshape(m, 1, c)[:, :, c0:c1],
-                                      bias if i == 0 else None, rec.act if last else None))
+                                      bias if i == 0 else None, rec.act if last else None,
+                                      node.attrs.get("_residual", "") if last else ""))
             prev = dst
         return kernels
     taps = [(t // kw, t % kw) for t in range(kh * kw)]
