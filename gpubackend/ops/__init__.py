@@ -33,6 +33,7 @@ from .records import (
     SplitRecord,
     TransposeRecord,
     activation,
+    fused_residual,
     lower,
     node_signature,
     require,
@@ -45,4 +46,5 @@ __all__ = ["Activation", "DequantizedWeight", "QuantRecord", "quant",
            "ArgRecord", "AxisRecord", "CastRecord", "ConvRecord", "Decline", "DepthSpaceRecord", "GatherRecord",
            "GemmRecord", "GlobalPoolRecord", "MatMulRecord", "NormRecord", "PadRecord", "PoolRecord", "Record",
            "ReduceRecord", "ReshapeRecord", "ResizeRecord", "SliceRecord", "SplitRecord", "TransposeRecord",
-           "activation", "lower", "node_signature", "require", "validate", "silu_into", "residual_into"]
+           "activation", "lower", "node_signature", "require", "validate", "silu_into", "residual_into",
+           "fused_residual"]

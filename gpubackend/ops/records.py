@@ -241,10 +241,16 @@ def residual_into(conv: Node, residual: str, output: str) -> Node:
     any): a residual Add after a Conv, fused by a path that found the pattern
     (``segment_services.fuse_residual_adds``); ``residual`` has the output's shape. The tensor is
     named by the ``_residual`` attribute, which only that path's kernels read."""
-    if "_residual" in conv.attrs:
+    if fused_residual(conv) is not None:
         raise ValueError(f"{conv.name} adds a residual already")
     return Node(conv.name, conv.op_type, list(conv.inputs), [output], {**conv.attrs, "_residual": residual},
                 conv.domain)
+
+
+def fused_residual(node: Node) -> str | None:
+    """The tensor a path fused into ``node`` as a residual Add (:func:`residual_into`), or None."""
+    name = node.attrs.get("_residual")
+    return name if isinstance(name, str) and name else None
 
 
 def _fused(node: Node) -> Activation | None:

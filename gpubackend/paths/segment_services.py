@@ -99,6 +99,8 @@ def residual_convs(nodes: list[Node], graph: Graph, outputs: Iterable[str]) -> l
     outputs, and y, r and the sum are float32 of one shape (no broadcast): the Conv can write the
     sum itself (``ops.residual_into``) where the path's kernel for it adds a residual
     (:func:`fuse_residual_adds`)."""
+    from .. import ops
+
     keep = set(outputs) | set(graph.outputs)
     readers = {name: len(users) for name, users in graph.consumers().items()}
     index_of = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
@@ -113,7 +115,7 @@ def residual_convs(nodes: list[Node], graph: Graph, outputs: Iterable[str]) -> l
                 continue
             conv_node = nodes[conv]
             if conv_node.op_type != "Conv" or conv_node.domain not in ("", "ai.onnx") or len(conv_node.outputs) != 1 \
-                    or "_residual" in conv_node.attrs:
+                    or ops.fused_residual(conv_node) is not None:
                 continue
             shapes = {graph.shape(n) for n in (y, r, node.outputs[0])}
             if len(shapes) != 1 or None in shapes or any(

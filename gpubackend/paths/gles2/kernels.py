@@ -277,7 +277,7 @@ class _Gen:
         ``output``: the tensor written (default the node's first output), whose
         :meth:`Config.pack_of` is the output texture's format."""
         out_pack = self.cfg.pack_of(output or self.node.outputs[0], self.graph)
-        residual = self.node.attrs.get("_residual") if output in ("", self.node.outputs[0]) else None
+        residual = ops.fused_residual(self.node) if output in ("", self.node.outputs[0]) else None
         if residual:  # a residual Add fused into this node (segment_services.fuse_residual_adds)
             if out_pack != 1 or pair is not None or raw or self.cfg.pack_of(residual, self.graph) != 1:
                 raise Decline("a fused residual Add needs fp32 storage")

@@ -253,7 +253,7 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel] | Kern
             dst = node.outputs[0] if last else f"{node.name}/gemm_part{i}"
             kernels.append(plain_gemm(NAME, cfg, x, xs, dst, ys, prev, c0, w.reshape(m, 1, c)[:, :, c0:c1],
                                       bias if i == 0 else None, rec.act if last else None,
-                                      node.attrs.get("_residual", "") if last else ""))
+                                      (ops.fused_residual(node) or "") if last else ""))
             prev = dst
         return kernels
     taps = [(t // kw, t % kw) for t in range(kh * kw)]
