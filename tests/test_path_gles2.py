@@ -967,3 +967,25 @@ def test_fp32_concat_and_split_copy_the_bytes():
         seg.close()
     np.testing.assert_array_equal(out["y0"].view(np.uint32), a.view(np.uint32))
     np.testing.assert_array_equal(out["y1"].view(np.uint32), b.view(np.uint32))
+
+
+def test_explain_names_the_winograd_tile_and_the_quads_geometry():
+    """explain() says which Winograd tile a gles2 conv runs and why, and how the many-quad draws
+    cover their quads (point sprites on llvmpipe)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import gpubackend
+    from gpubackend.paths.gles2.winograd import choose_tile
+
+    for size, tile in ((40, "F(4x4)"), (10, "F(2x2)")):
+        assert f"F({choose_tile(64, 64, size, size).m}x" in tile
+        w = numpy_helper.from_array(np.ones((64, 64, 3, 3), np.float32), "w")
+        graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, size, size])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, size, size])], [w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        with gpubackend.Session(model, path="gles2", fallback=False) as sess:
+            sess.run({"x": np.zeros((1, 64, size, size), np.float32)})
+            text = sess.explain()
+        assert f"variant: conv_winograd {tile} x1 (estimated cost F(2x2) / F(4x4)" in text, text
+        assert "variant: conv_winograd point sprites x1 (point size up to" in text, text

@@ -205,6 +205,8 @@ class Gles2Segment(Segment):
             else:
                 draws.append((node, k, out))
         self.aliases = owner
+        # explain(): Winograd's tile and the many-quad draws' geometry, per kernel
+        self.notes = tuning.explain_lines([(k.name, k.variant, k.variant_why) for _, k, _ in every if k.variant])
         # Under fp16 a tensor the mixed-precision policy keeps is one fp32 per texel (pack 1), at
         # a segment edge inside the graph too: uploaded and read back as float32 (Config.pack_of,
         # which the generators asked when they wrote the loaders and the output encoding)

@@ -119,6 +119,9 @@ class Kernel(KernelRecord):
     quads: int = 0
     quad_points: int = 0  # point sprites per quad (quads.vert's POINTS), 0: two triangles per quad
     uniforms: dict[str, tuple[float, ...]] = field(default_factory=dict)  # set before the step's draws
+    # which form of the kernel this is and why, for explain() (Winograd's tile, the quads' geometry)
+    variant: str = ""
+    variant_why: str = ""
 
     @property
     def kernel_name(self) -> str:

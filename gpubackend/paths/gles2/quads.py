@@ -136,6 +136,11 @@ def _quad_grid(kernel: Kernel, nv: int, quads: int, bands: int, dst_shape: tuple
         side, across, down = cover
         kernel.quad_points = across * down
         kernel.uniforms["u_points"] = (float(side), float(across), float(across * down), 0.0)
+        kernel.variant, kernel.variant_why = "point sprites", f"point size up to {max_point_size}"
+    else:
+        kernel.variant = "triangles"
+        kernel.variant_why = (f"point size up to {max_point_size}" if max_point_size < 2 else
+                              f"a {width // bands}x{h} quad needs too many sprites")
 
 
 @functools.cache

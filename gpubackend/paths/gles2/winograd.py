@@ -101,6 +101,12 @@ def choose_tile(c: int, m: int, h: int, w: int) -> WinogradTile:
     return F4 if f2 >= F4_MARGIN * f4 else F2
 
 
+def tile_why(c: int, m: int, h: int, w: int) -> str:
+    """Why :func:`choose_tile` chose as it did, for explain()."""
+    ratio = estimated_cost(F2, c, m, h, w) / estimated_cost(F4, c, m, h, w)
+    return f"estimated cost F(2x2) / F(4x4) {ratio:.2f}, F(4x4) from {F4_MARGIN:.2f}"
+
+
 def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     rec, x, xs, ys, w, bias = conv_operands(node, graph, cfg)
     if w.shape[2:] != (3, 3) or list(rec.strides) != [1, 1] or list(rec.dilations) != [1, 1] or rec.group != 1:
@@ -126,6 +132,7 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
         kernels.append(plain_gemm(NAME, cfg, v_name, v_shape, m_name, m_shape, prev, c0, u[:, :, c0:c1], None, None))
     kernels.append(_transform_out(node, graph, cfg, tile, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
+    kernels[-1].variant, kernels[-1].variant_why = f"F({tile.m}x{tile.m})", tile_why(c, m, ys[2], ys[3])
     return kernels
 
 
