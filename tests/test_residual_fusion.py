@@ -105,3 +105,24 @@ def test_no_residual_fusion_with_fp16_storage(monkeypatch: pytest.MonkeyPatch) -
         assert sess.stats.dispatches == unfused.stats.dispatches
     for g, u in zip(got, again):
         np.testing.assert_array_equal(g, u)
+
+
+def test_residual_fuses_into_the_channel_kernels_of_a_batched_conv1d() -> None:
+    """A Conv the quad GEMMs do not take (1-D, two images: gen_conv's kernel) with a fused Relu and
+    a residual Add after it: one draw, onnxruntime's answer, NaN and Inf included."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((6, 6, 3)).astype(np.float32), "w")
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Conv", ["x", "w"], ["c"], pads=[1, 1]), n("Relu", ["c"], ["r"]), n("Add", ["r", "x"], ["y"])], "conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 17])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 6, 17)).astype(np.float32)
+    x[0, 1, 3], x[1, 4, 16] = np.nan, -np.inf
+    with np.errstate(all="ignore"):
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with gpubackend.Session(model, path="gles2", fallback=False) as sess:
+        got = sess.run({"x": x})
+        assert sess.stats.dispatches == 1
+    assert_same_specials_and_close(got[0], want[0], 1e-5, "conv1d")
