@@ -85,6 +85,7 @@ def test_residual_adds_fuse_into_the_conv_and_keep_nan_and_inf(monkeypatch: pyte
     assert kernels["3x3-dilated-quads"] == kernels["1x1"] == "conv_quads"
     assert not any(name.startswith("add_") and name != "add_broadcast" and name != "add_kept" for name in kernels)
     assert "add_broadcast" in kernels and "add_kept" in kernels  # not fused
+    assert f"fused into conv draws: 1 SiLU (Sigmoid and Mul), {len(BLOCKS)} residual Add" in sess.explain()
     for name, g, w in zip([*BLOCKS, "broadcast", "kept", "conv_kept"], got, want):
         assert_same_specials_and_close(g, w, 1e-5, name)
     _unfused(monkeypatch)

@@ -188,8 +188,10 @@ class Gles2Segment(Segment):
         # one draw per kernel: a node's payload is a Kernel, or a list of them (Split: one per output)
         steps, payloads = fuse_silu(nodes, path.kernels.payloads(nodes, graph, KEY), graph, outputs, path.kernels,
                                     GATE_KERNELS)
+        silu_pairs = (len(nodes) - len(steps)) // 2
         # a residual Add after a conv: added in the conv's last draw (fp32; _Gen.finish, plain_gemm)
         steps, payloads = fuse_residual_adds(steps, payloads, graph, outputs, path.kernels, GATE_KERNELS)
+        residual_adds = len(nodes) - 2 * silu_pairs - len(steps)
         every: list[tuple[Node, Kernel, str]] = [
             (node, k, k.output or node.outputs[0]) for node, payload in zip(steps, payloads)
             for k in (payload if isinstance(payload, list) else [payload])]
@@ -207,6 +209,9 @@ class Gles2Segment(Segment):
         self.aliases = owner
         # explain(): Winograd's tile and the many-quad draws' geometry, per kernel
         self.notes = tuning.explain_lines([(k.name, k.variant, k.variant_why) for _, k, _ in every if k.variant])
+        if silu_pairs or residual_adds:
+            self.notes.append(f"fused into conv draws: {silu_pairs} SiLU (Sigmoid and Mul), "
+                              f"{residual_adds} residual Add")
         # Under fp16 a tensor the mixed-precision policy keeps is one fp32 per texel (pack 1), at
         # a segment edge inside the graph too: uploaded and read back as float32 (Config.pack_of,
         # which the generators asked when they wrote the loaders and the output encoding)
