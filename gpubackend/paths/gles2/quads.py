@@ -248,7 +248,7 @@ def gen_conv_quads(node: Node, graph: Graph, cfg: Config) -> list[Kernel] | Kern
     one_row_per_row(cfg, xs)
     ntaps = kh * kw
     depthwise = rec.group > 1
-    if depthwise and ntaps >= chunk_limit(cfg, 1):
+    if depthwise and ntaps > chunk_limit(cfg, 1):
         raise Decline(f"a {kh}x{kw} depthwise kernel has more taps than a pass holds")
     if not depthwise and (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(rec.pads_begin) and not any(rec.pads_end):
         parts = chunks(c, chunk_limit(cfg, 1))
