@@ -776,18 +776,15 @@ def test_segment_counts_its_weight_bytes():
 # ---- Winograd and quad GEMMs (gles2/winograd.py, gles2/quads.py) -------------------------------
 
 _QUAD_CASES = {
-    # name: (x shape, w shape, attrs, kernel, draws per run: an int, or per Winograd tile size m)
-    # 40 output channels: the GEMM's 640 quads (F(2x2)) take three draws (quads.MAX_QUADS), its
-    # 1440 (F(4x4)) six
-    "winograd": ((1, 32, 12, 12), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd",
-                 {2: 1 + 3 + 1, 4: 1 + 6 + 1}),
+    # name: (x shape, w shape, attrs, kernel, draws per run)
+    # 40 output channels: the GEMM's 640 quads take three draws (quads.MAX_QUADS)
+    "winograd": ((1, 32, 12, 12), (40, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 3 + 1),
     "winograd-odd-asymmetric": ((1, 33, 11, 9), (34, 33, 3, 3), {"pads": [2, 0, 1, 1], "_act": ("Relu", {})},
-                                "conv_winograd", {2: 1 + 3 + 1, 4: 1 + 5 + 1}),
+                                "conv_winograd", 1 + 3 + 1),
     "winograd-valid-silu": ((1, 32, 13, 12), (32, 32, 3, 3), {"_act": ("Sigmoid", {"gate": 1})}, "conv_winograd",
-                            {2: 1 + 2 + 1, 4: 1 + 5 + 1}),
-    # 130 input channels: two GEMM passes, the second adding the first's sums
-    "winograd-chunked": ((1, 130, 10, 10), (33, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd",
-                         {2: 1 + 6 + 1, 4: 1 + 12 + 1}),
+                            1 + 2 + 1),
+    # 130 input channels: two GEMM passes (three draws each), the second adding the first's sums
+    "winograd-chunked": ((1, 130, 10, 10), (33, 130, 3, 3), {"pads": [1, 1, 1, 1]}, "conv_winograd", 1 + 6 + 1),
     "1x1": ((1, 5, 7, 6), (11, 5, 1, 1), {"_act": ("Relu", {})}, "conv_quads", 1),
     # 144 (tap, channel) terms: two passes
     "3x3-stride2": ((1, 16, 11, 10), (12, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "conv_quads", 2),
@@ -802,7 +799,6 @@ _QUAD_CASES = {
     "depthwise-300ch-silu": ((1, 300, 8, 7), (300, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 300,
                                                               "_act": ("Sigmoid", {"gate": 1})}, "depthwise_quads", 2),
 }
-_QUAD_RUNS = [(name, m) for name, case in _QUAD_CASES.items() for m in (case[4] if isinstance(case[4], dict) else [0])]
 _TRIANGLE_PATH: list[Any] = []
 
 
@@ -821,20 +817,15 @@ def triangles_path() -> Any:
 
 
 @pytest.mark.parametrize("sprites", ["points", "triangles"])
-@pytest.mark.parametrize(("case", "tile"), _QUAD_RUNS)
-def test_winograd_and_quad_gemms_match_fallback(case, tile, sprites, monkeypatch):
-    """gles2's Winograd 3x3 convs (each tile size) and quad GEMM convs, their quads drawn as point
-    sprites and as triangles, against fallback with NaN-poisoned outputs and +-Inf / NaN inputs:
+@pytest.mark.parametrize("case", list(_QUAD_CASES))
+def test_winograd_and_quad_gemms_match_fallback(case, sprites):
+    """gles2's Winograd 3x3 convs and quad GEMM convs, their quads drawn as point sprites and as
+    triangles, against fallback with NaN-poisoned outputs and +-Inf / NaN inputs:
     the transforms mix a patch's inputs, so an infinite input must still give the direct sum's
     +-Inf (not NaN) and NaN only where the direct sum has it; odd sizes (quads that take several
     sprites), asymmetric and no padding, fused activations (SiLU's gate), reductions in several
     passes."""
-    from gpubackend.paths.gles2 import winograd
-
     xs, ws, attrs, kernel, draws = _QUAD_CASES[case]
-    if tile:
-        monkeypatch.setattr(winograd, "choose_tile", lambda *_: {2: winograd.F2, 4: winograd.F4}[tile])
-        draws = draws[tile]
     rng = np.random.default_rng(7)
     x = rng.standard_normal(xs).astype(np.float32)
     for c, y, z, v in [(0, 0, 0, np.inf), (1, 3, xs[3] - 1, -np.inf), (2, xs[2] // 2, 4, np.inf),
@@ -969,23 +960,18 @@ def test_fp32_concat_and_split_copy_the_bytes():
     np.testing.assert_array_equal(out["y1"].view(np.uint32), b.view(np.uint32))
 
 
-def test_explain_names_the_winograd_tile_and_the_quads_geometry():
-    """explain() says which Winograd tile a gles2 conv runs and why, and how the many-quad draws
-    cover their quads (point sprites on llvmpipe)."""
+def test_explain_names_the_quads_geometry():
+    """explain() says how gles2's many-quad draws cover their quads (point sprites on llvmpipe)."""
     from onnx import TensorProto, helper, numpy_helper
 
     import gpubackend
-    from gpubackend.paths.gles2.winograd import choose_tile
 
-    for size, tile in ((40, "F(4x4)"), (10, "F(2x2)")):
-        assert f"F({choose_tile(64, 64, size, size).m}x" in tile
-        w = numpy_helper.from_array(np.ones((64, 64, 3, 3), np.float32), "w")
-        graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, size, size])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, size, size])], [w])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        with gpubackend.Session(model, path="gles2", fallback=False) as sess:
-            sess.run({"x": np.zeros((1, 64, size, size), np.float32)})
-            text = sess.explain()
-        assert f"variant: conv_winograd {tile} x1 (estimated cost F(2x2) / F(4x4)" in text, text
-        assert "variant: conv_winograd point sprites x1 (point size up to" in text, text
+    w = numpy_helper.from_array(np.ones((64, 64, 3, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 10, 10])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with gpubackend.Session(model, path="gles2", fallback=False) as sess:
+        sess.run({"x": np.zeros((1, 64, 10, 10), np.float32)})
+        text = sess.explain()
+    assert "variant: conv_winograd point sprites x1 (point size up to" in text, text

@@ -1,24 +1,24 @@
-"""gles2 3x3 stride-1 convolution as Winograd F(2x2, 3x3) or F(4x4, 3x3), in three draws of RGBA8
-fp32 tensors.
+"""gles2 3x3 stride-1 convolution as Winograd F(2x2, 3x3), in three draws of RGBA8 fp32 tensors.
 
 A gles2 multiply-add costs a texel fetch and an RGBA8 decode (on llvmpipe about 90% of the
-direct kernel's time): Winograd F(m x m, 3x3) with a = m + 2 cuts them from 9 C per output to
-a^2 / m^2 C (4 C for m = 2, 2.25 C for m = 4) plus the transforms' share:
+direct kernel's time): Winograd cuts them from 9 C per output to 4 C plus the transforms' share:
 
-1. V = B^T d B of each a x a input patch (one per m x m output tile): the scratch tensor V (1, C,
-   tiles_h, a^2 tiles_w), entry k = a i + j of the transform as column band k (so that one texture
-   row holds one tensor row: no index division per fetch); each value is (nonzeros of a row of
-   B^T)^2 fetches: 4 for m = 2, up to 16 for m = 4.
+1. V = B^T d B of each 4x4 input patch (one per 2x2 output tile): the scratch tensor V (1, C,
+   tiles_h, 16 tiles_w), entry k = 4 i + j of the transform as column band k (so that one texture
+   row holds one tensor row: no index division per fetch); each value is 4 fetches (the nonzeros
+   of a row of B^T, squared).
 2. M[k, o] = U[k, o, :] . V[k, :] (U = G g G^T, made on the host), M laid out as V: quad GEMMs
    (``quads.py``), a quad per (output channel o, band k) carrying U[k, o, :] in varyings: C
    fetches and no weight loads per value.
-3. ``winograd_out``: Y = A^T M A (9 fetches per output for m = 2, up to 25 for m = 4), bias, the
-   fused activation. An output whose sum is not finite (an infinite or NaN input in its window,
-   or an overflow) is recomputed as the direct sum, so IEEE specials come out as the direct kernel
-   gives them: the transforms mix a patch's inputs and would turn +-Inf into NaN.
+3. ``winograd_out``: Y = A^T M A (9 fetches per output), bias, the fused activation. An output
+   whose sum is not finite (an infinite or NaN input in its window, or an overflow) is recomputed
+   as the direct sum, so IEEE specials come out as the direct kernel gives them: the transforms
+   mix a patch's inputs and would turn +-Inf into NaN.
 
-The tile is chosen per layer by an estimate of each one's cost (:func:`choose_tile`). Only where the
-weights fit the varyings (``Config.channel_varyings``, llvmpipe), fp32, one image.
+The transforms are written from the rows of B^T and A^T (:class:`WinogradTile`). F(4x4, 3x3) was
+tried (1.2-1.34x on 40x40 layers, YOLOv8n 1.02x) and dropped: ten times F(2x2)'s rounding error
+(docs/performance.md, eighteenth session). Only where the weights fit the varyings
+(``Config.channel_varyings``, llvmpipe), fp32, one image.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ NAME = "conv_winograd"
 
 
 class WinogradTile(NamedTuple):
-    """F(m x m, 3x3): Y = A^T [(G g G^T) * (B^T d B)] A over a (m + 2)^2 input patch."""
+    """F(m x m, 3x3): Y = A^T [(G g G^T) * (B^T d B)] A over a (m + 2)^2 input patch; the kernels
+    are generated from these matrices."""
 
     m: int
     bt: np.ndarray  # (a, a)
@@ -56,13 +57,6 @@ class WinogradTile(NamedTuple):
 
 F2 = WinogradTile(2, np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
                   WINOGRAD_G, np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64))
-# Lavin and Gray's points 0, +-1, +-2 and infinity
-F4 = WinogradTile(4, np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                               [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
-                  np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                            [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
-                  np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
-                           np.float64))
 
 
 def _rows(t: np.ndarray) -> list[list[tuple[int, float]]]:
@@ -70,41 +64,6 @@ def _rows(t: np.ndarray) -> list[list[tuple[int, float]]]:
     rows = [[(j, float(v)) for j, v in enumerate(r) if v] for r in t]
     n = max(len(r) for r in rows)
     return [r + [(r[0][0], 0.0)] * (n - len(r)) for r in rows]
-
-
-# F(4x4) where its estimated cost is at least this much under F(2x2)'s (the estimate's spread)
-F4_MARGIN = 1.15
-
-
-def _block_waste(side: int) -> float:
-    """Shaded lanes per pixel of a side x side quad: llvmpipe shades 4x4 blocks, and a quad at a
-    random offset touches (side / 4 + 3/4)^2 of them on average."""
-    return 16 * (side / 4 + 0.75) ** 2 / (side * side)
-
-
-def estimated_cost(tile: WinogradTile, c: int, m: int, h: int, w: int) -> float:
-    """Texel fetches of the three draws on an h x w output: the GEMM's counted per shaded lane
-    (its quads are one tile plane each, so small planes waste lanes), the transforms' (one
-    full-target draw each) at half weight. Fitted to llvmpipe with point-sprite quads: the
-    predicted F(2x2) / F(4x4) time ratio was within 0.15 of the measured one on YOLOv8n's layers
-    (32 -> 32 at 40x40: 1.19 predicted, 1.20 measured; 64 -> 64 at 40x40 1.28 / 1.34; at 20x20
-    1.12 / 0.98; 128 -> 128 at 10x10 0.78 / 0.85)."""
-    th, tw = -(-h // tile.m), -(-w // tile.m)
-    k_in, k_out = len(_rows(tile.bt)[0]), len(_rows(tile.at)[0])
-    gemm = th * tw * tile.a ** 2 * c * m * _block_waste(min(th, tw))
-    return gemm + 0.5 * (th * tw * tile.a ** 2 * c * k_in ** 2 + h * w * m * k_out ** 2)
-
-
-def choose_tile(c: int, m: int, h: int, w: int) -> WinogradTile:
-    """F(4x4, 3x3) where it is clearly cheaper (large planes), else F(2x2, 3x3)."""
-    f2, f4 = (estimated_cost(t, c, m, h, w) for t in (F2, F4))
-    return F4 if f2 >= F4_MARGIN * f4 else F2
-
-
-def tile_why(c: int, m: int, h: int, w: int) -> str:
-    """Why :func:`choose_tile` chose as it did, for explain()."""
-    ratio = estimated_cost(F2, c, m, h, w) / estimated_cost(F4, c, m, h, w)
-    return f"estimated cost F(2x2) / F(4x4) {ratio:.2f}, F(4x4) from {F4_MARGIN:.2f}"
 
 
 def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
@@ -116,7 +75,7 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     c, m = xs[1], ys[1]
     if min(c, m) < MIN_CHANNELS or ys[2] * ys[3] < MIN_PIXELS:
         raise Decline(f"Winograd: {c} -> {m} channels at {ys[2]}x{ys[3]} is too small to pay")
-    tile = choose_tile(c, m, ys[2], ys[3])
+    tile = F2
     bands = tile.a ** 2
     parts = chunks(c, chunk_limit(cfg, bands))
     th, tw = -(-ys[2] // tile.m), -(-ys[3] // tile.m)
@@ -132,7 +91,6 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
         kernels.append(plain_gemm(NAME, cfg, v_name, v_shape, m_name, m_shape, prev, c0, u[:, :, c0:c1], None, None))
     kernels.append(_transform_out(node, graph, cfg, tile, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
-    kernels[-1].variant, kernels[-1].variant_why = f"F({tile.m}x{tile.m})", tile_why(c, m, ys[2], ys[3])
     return kernels
 
 
