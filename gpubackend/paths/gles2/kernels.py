@@ -119,7 +119,7 @@ class Kernel(KernelRecord):
     quads: int = 0
     quad_points: int = 0  # point sprites per quad (quads.vert's POINTS), 0: two triangles per quad
     uniforms: dict[str, tuple[float, ...]] = field(default_factory=dict)  # set before the step's draws
-    # which form of the kernel this is and why, for explain() (Winograd's tile, the quads' geometry)
+    # which form of the kernel this is and why, for explain() (the many-quad draws' geometry)
     variant: str = ""
     variant_why: str = ""
 
@@ -945,27 +945,24 @@ def gen_global_pool(node: Node, graph: Graph, cfg: Config) -> Kernel | list[Kern
             code = "float racc = 0.0; " + code.replace("acc += v;", "racc += v;") + " acc += racc;"
         return code, inner
 
+    def body(code: str, result: str) -> str:
+        return "\n".join([helpers, "float compute(float n, float c, float h, float w) {",
+                          f"    float acc = {init};", f"    {code}", f"    return {result};", "}"])
+
     if cfg.pack == 1 and H > 1 and H * W >= GLOBAL_POOL_ROWS_FIRST:
         # row i's result at (n, c, 0, i): a channel's rows side by side fill llvmpipe's 4x4 blocks
         rows_name, rows_shape = f"{node.name}/pool_rows", (N, C, 1, H)
         g.scratch[rows_name] = rows_shape
         code, inner = row_code(g.load(x), "w", W)
-        first = g.finish("globalpool", "\n".join([
-            helpers, "float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
-            f"    {code}", "    return acc;", "}"]), rows_shape, loops=inner + 1, output=rows_name)
+        first = g.finish("globalpool", body(code, "acc"), rows_shape, loops=inner + 1, output=rows_name)
         g2 = _Gen(node, graph, cfg)
         g2.scratch[rows_name] = rows_shape
         lr = g2.load(rows_name)
         code, inner = unrolled(H, lambda j: f"float v = {lr}(n, c, 0.0, {j}); {acc}")
-        second = g2.finish("globalpool", "\n".join([
-            helpers, "float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
-            f"    {code}", f"    return acc{mean};", "}"]), ys, loops=inner + 1)
-        return [first, second]
+        return [first, g2.finish("globalpool", body(code, f"acc{mean}"), ys, loops=inner + 1)]
     code, inner = row_code(g.load(x), "y", W)
-    lines = [helpers, "float compute(float n, float c, float h, float w) {", f"    float acc = {init};",
-             f"    for (int i = 0; i < {H}; i++) {{ float y = float(i); {code} }}",
-             f"    return acc{mean};", "}"]
-    return g.finish("globalpool", "\n".join(lines), ys, loops=H * (inner + 1) + 1)
+    return g.finish("globalpool", body(f"for (int i = 0; i < {H}; i++) {{ float y = float(i); {code} }}",
+                                       f"acc{mean}"), ys, loops=H * (inner + 1) + 1)
 
 
 def gen_pool(node: Node, graph: Graph, cfg: Config) -> Kernel:

@@ -154,18 +154,20 @@ def _gemm_fragment(n: int, nv: int, prev: bool, bias: bool, act: tuple | None, r
     for k in range(n):
         terms.append(f"acc += g2_decode32(texture2D(t0, vec2(x, y0 + {lit(k)} * u_src.z))) "
                      f"* v_w[{k // 4}].{'xyzw'[k % 4]};")
+    # samplers in the kernel's input order: the operand, the previous pass's sums, the residual
+    roles = ["operand", *(["the previous pass's sums (PREV)"] if prev else []),
+             *(["the residual (RESIDUAL)"] if residual else [])]
     start = "g2_decode32(texture2D(t1, fc * u_dst))" if prev else "0.0"
-    res = f"t{1 + prev}"
-    result = f"activate(acc) + g2_decode32(texture2D({res}, fc * u_dst))" if residual else "activate(acc)"
     if bias:
         start += f" + v_w[{n // 4}].{'xyzw'[n % 4]}"
+    result = "activate(acc)"
+    if residual:
+        result += f" + g2_decode32(texture2D(t{len(roles) - 1}, fc * u_dst))"
     body = "\n".join([
-        "uniform sampler2D t0;  // the operand",
-        *([] if residual and not prev else
-          ["uniform sampler2D t1;  // the previous pass's sums (PREV), laid out as the output"]),
+        *(f"uniform sampler2D t{i};  // {role}" + (", laid out as the output" if i else "")
+          for i, role in enumerate(roles)),
         "uniform vec4 u_src;    // 1 / operand width, 1 / operand height, rows per channel / operand height",
         "uniform vec2 u_dst;    // 1 / output width, 1 / output height",
-        *([f"uniform sampler2D {res};  // the residual (RESIDUAL), laid out as the output"] if residual else []),
         f"varying vec4 v_w[{nv}];",
         "varying float v_row;",
         activation_function(None if act is None else (act[0], dict(act[1]))),

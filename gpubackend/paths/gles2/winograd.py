@@ -15,15 +15,13 @@ direct kernel's time): Winograd cuts them from 9 C per output to 4 C plus the tr
    as the direct sum, so IEEE specials come out as the direct kernel gives them: the transforms
    mix a patch's inputs and would turn +-Inf into NaN.
 
-The transforms are written from the rows of B^T and A^T (:class:`WinogradTile`). F(4x4, 3x3) was
+The transforms are written from the nonzeros of the rows of B^T and A^T. F(4x4, 3x3) was
 tried (1.2-1.34x on 40x40 layers, YOLOv8n 1.02x) and dropped: ten times F(2x2)'s rounding error
 (docs/performance.md, eighteenth session). Only where the weights fit the varyings
 (``Config.channel_varyings``, llvmpipe), fp32, one image.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import numpy as np
 
@@ -41,29 +39,16 @@ MIN_PIXELS = 64
 NAME = "conv_winograd"
 
 
-class WinogradTile(NamedTuple):
-    """F(m x m, 3x3): Y = A^T [(G g G^T) * (B^T d B)] A over a (m + 2)^2 input patch; the kernels
-    are generated from these matrices."""
-
-    m: int
-    bt: np.ndarray  # (a, a)
-    g: np.ndarray  # (a, 3)
-    at: np.ndarray  # (m, a)
-
-    @property
-    def a(self) -> int:
-        return self.m + 2
-
-
-F2 = WinogradTile(2, np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
-                  WINOGRAD_G, np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64))
+# Y = A^T [(G g G^T) * (B^T d B)] A over a 4x4 input patch per 2x2 output tile
+TILE = 2  # outputs per tile side
+PATCH = TILE + 2  # inputs per patch side
+B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
 
 def _rows(t: np.ndarray) -> list[list[tuple[int, float]]]:
-    """Each row's (column, coefficient) nonzeros, padded to the longest row with coefficient 0."""
-    rows = [[(j, float(v)) for j, v in enumerate(r) if v] for r in t]
-    n = max(len(r) for r in rows)
-    return [r + [(r[0][0], 0.0)] * (n - len(r)) for r in rows]
+    """Each row's (column, coefficient) nonzeros (every row of B^T has two, of A^T three)."""
+    return [[(j, float(v)) for j, v in enumerate(r) if v] for r in t]
 
 
 def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
@@ -75,40 +60,31 @@ def gen_conv_winograd(node: Node, graph: Graph, cfg: Config) -> list[Kernel]:
     c, m = xs[1], ys[1]
     if min(c, m) < MIN_CHANNELS or ys[2] * ys[3] < MIN_PIXELS:
         raise Decline(f"Winograd: {c} -> {m} channels at {ys[2]}x{ys[3]} is too small to pay")
-    tile = F2
-    bands = tile.a ** 2
+    bands = PATCH * PATCH
     parts = chunks(c, chunk_limit(cfg, bands))
-    th, tw = -(-ys[2] // tile.m), -(-ys[3] // tile.m)
+    th, tw = -(-ys[2] // TILE), -(-ys[3] // TILE)
     v_name = f"{node.name}/winograd_v"
     v_shape, m_shape = (1, c, th, bands * tw), (1, m, th, bands * tw)
     one_row_per_row(cfg, v_shape)
     pt, pl = rec.pads_begin
-    u = np.einsum("ai,mcij,bj->mabc", tile.g, w.astype(np.float64), tile.g).reshape(m, bands, c)
+    u = np.einsum("ai,mcij,bj->mabc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G).reshape(m, bands, c)
     bias = np.zeros(m, np.float32) if bias is None else bias
-    kernels = [_transform_in(node, graph, cfg, tile, x, v_name, v_shape, xs, pt, pl)]
+    kernels = [_transform_in(node, graph, cfg, x, v_name, v_shape, xs, pt, pl)]
     m_name = ""
     for i, (c0, c1) in enumerate(parts):
         prev, m_name = m_name, f"{node.name}/winograd_m{i}"
         kernels.append(plain_gemm(NAME, cfg, v_name, v_shape, m_name, m_shape, prev, c0, u[:, :, c0:c1], None, None))
-    kernels.append(_transform_out(node, graph, cfg, tile, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
+    kernels.append(_transform_out(node, graph, cfg, rec, x, m_name, m_shape, xs, ys, pt, pl, w, bias))
     return kernels
 
 
 def _sel(v: str, table: list[float]) -> str:
-    """``table[v]`` for v in 0..len(table) - 1 (a float), branch-free."""
+    """``table[v]`` for v in 0 .. len(table) - 1 (at most 4; v a float), branch-free."""
     if len(set(table)) == 1:
         return lit(table[0])
-    terms = []
-    for i0 in range(0, len(table), 4):
-        part = table[i0:i0 + 4]
-        n = len(part)
-        vec = f"vec{n}" if n > 1 else "float"
-        keys = ", ".join(lit(i0 + i) for i in range(n))
-        if n == 1:
-            terms.append(f"({v} == {keys} ? {lit(part[0])} : 0.0)")
-        else:
-            terms.append(f"dot({vec}(equal({vec}({v}), {vec}({keys}))), {vec}({', '.join(lit(t) for t in part)}))")
-    return " + ".join(terms)
+    n = len(table)
+    keys = ", ".join(lit(i) for i in range(n))
+    return f"dot(vec{n}(equal(vec{n}({v}), vec{n}({keys}))), vec{n}({', '.join(lit(t) for t in table)}))"
 
 
 def _pick(var: str, rows: list[list[tuple[int, float]]], prefix: str) -> list[str]:
@@ -117,14 +93,14 @@ def _pick(var: str, rows: list[list[tuple[int, float]]], prefix: str) -> list[st
             f"float {prefix}s{i} = {_sel(var, [r[i][1] for r in rows])};" for i in range(len(rows[0]))]
 
 
-def _transform_in(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, x: str, v_name: str,
-                  v_shape: tuple[int, ...], xs: tuple[int, ...], pt: int, pl: int) -> Kernel:
-    """V[c, ty, k tw + tx] = (B^T d B)[i, j] for k = a i + j: row i of B^T's nonzeros (padded with
-    zero coefficients to the longest row) pick the patch rows, row j's the columns."""
+def _transform_in(node: Node, graph: Graph, cfg: Config, x: str, v_name: str, v_shape: tuple[int, ...],
+                  xs: tuple[int, ...], pt: int, pl: int) -> Kernel:
+    """V[c, ty, k tw + tx] = (B^T d B)[i, j] for k = 4 i + j: row i of B^T's nonzeros pick the
+    patch rows, row j's the columns."""
     g = _Gen(node, graph, cfg)
     g.scratch[v_name] = v_shape
     ld = g.load(x)
-    a, rows = tile.a, _rows(tile.bt)
+    a, rows = PATCH, _rows(B_T)
     n = len(rows[0])
     tw = v_shape[3] // (a * a)
     body = ["float compute(float n, float c, float h, float w) {",
@@ -133,9 +109,9 @@ def _transform_in(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, x: 
             *("    " + line for line in _pick("i", rows, "r") + _pick("j", rows, "q")),
             "    float z = 0.0;"]
     for r in range(n):
-        body.append(f"    float y{r} = {lit(tile.m)} * h + rp{r} - {lit(pt)}; "
+        body.append(f"    float y{r} = {lit(TILE)} * h + rp{r} - {lit(pt)}; "
                     f"bool oy{r} = y{r} >= 0.0 && y{r} < {lit(xs[2])};")
-        body.append(f"    float x{r} = {lit(tile.m)} * w + qp{r} - {lit(pl)}; "
+        body.append(f"    float x{r} = {lit(TILE)} * w + qp{r} - {lit(pl)}; "
                     f"bool ox{r} = x{r} >= 0.0 && x{r} < {lit(xs[3])};")
     for r in range(n):
         row = " + ".join(f"qs{q} * (oy{r} && ox{q} ? {ld}(0.0, c, y{r}, x{q}) : 0.0)" for q in range(n))
@@ -144,10 +120,10 @@ def _transform_in(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, x: 
     return g.finish(NAME, "\n".join(body), v_shape, output=v_name)
 
 
-def _transform_out(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, rec: ops.ConvRecord, x: str,
-                   m_name: str, m_shape: tuple[int, ...], xs: tuple[int, ...], ys: tuple[int, ...], pt: int,
-                   pl: int, w: np.ndarray, bias: np.ndarray) -> Kernel:
-    """Y[o, oy, ox] = (A^T M A)[p, q] + bias, p = oy % m, q = ox % m (entry k = a i + j of the tile
+def _transform_out(node: Node, graph: Graph, cfg: Config, rec: ops.ConvRecord, x: str, m_name: str,
+                   m_shape: tuple[int, ...], xs: tuple[int, ...], ys: tuple[int, ...], pt: int, pl: int,
+                   w: np.ndarray, bias: np.ndarray) -> Kernel:
+    """Y[o, oy, ox] = (A^T M A)[p, q] + bias, p = oy % 2, q = ox % 2 (entry k = 4 i + j of the tile
     in column k tw + tx of M), row p of A^T's nonzeros picking the entries' rows, row q's their
     columns. Not finite: the direct sum (a loop over the input channels, every tap inside)."""
     g = _Gen(node, graph, cfg)
@@ -155,7 +131,7 @@ def _transform_out(node: Node, graph: Graph, cfg: Config, tile: WinogradTile, re
     g.scratch[m_name] = m_shape
     lm = g.load(m_name)
     lx = g.load(x)
-    a, rows, mt = tile.a, _rows(tile.at), tile.m
+    a, rows, mt = PATCH, _rows(A_T), TILE
     n = len(rows[0])
     c, tw = xs[1], m_shape[3] // (a * a)
     lw = g.const(node.name + "/gles2_winograd_wb", conv_weight_rows(w, bias))
