@@ -4,6 +4,10 @@
 // fp16: two IEEE-754 binary16 per texel: (r, g) = element 2i, (b, a) = element 2i+1.
 // Needs highp float in the fragment shader (24-bit significand): every integer used below
 // is < 2^24 and so exact.
+// Written without branches or early returns: each function computes the ordinary case for every
+// value and selects the special cases (zero, Inf, NaN) at the end. llvmpipe runs a returning
+// branch of an inlined function under execution masks; the selects made its convs 1.35-1.55x
+// faster (docs/performance.md, nineteenth session).
 
 // Byte values 0..255 of a sampled RGBA8 texel.
 vec4 g2_bytes(vec4 t) { return floor(t * 255.0 + 0.5); }
@@ -16,9 +20,8 @@ vec4 g2_int8(vec4 t) { vec4 b = g2_bytes(t); return b - 256.0 * step(128.0, b); 
 // correct it by one step either way (matters right at powers of two).
 float g2_exponent(float a) {
     float e = floor(log2(a));
-    if (exp2(e) > a) e -= 1.0;
-    if (exp2(e + 1.0) <= a) e += 1.0;
-    return e;
+    e -= exp2(e) > a ? 1.0 : 0.0;
+    return e + (exp2(e + 1.0) <= a ? 1.0 : 0.0);
 }
 
 // a * 2^-e split in two factors so neither power of two leaves the normal range.
@@ -34,19 +37,19 @@ bool g2_isnan(float x) {
 }
 
 vec4 g2_encode32(float x) {
-    if (g2_isnan(x)) return vec4(0.0, 0.0, 192.0, 127.0) / 255.0;       // 0x7FC00000
     float s = x < 0.0 ? 128.0 : 0.0;
     float a = abs(x);
-    if (a < 1.17549435e-38) return vec4(0.0, 0.0, 0.0, 0.0);            // zero, denormals -> +0
-    if (a > 3.40282347e38) return vec4(0.0, 0.0, 128.0, 127.0 + s) / 255.0; // +-Inf
-    float e = g2_exponent(a);
+    float e = g2_exponent(clamp(a, 1.17549435e-38, 3.40282347e38));  // the special cases' is unused
     float m = (g2_unscale(a, e) - 1.0) * 8388608.0;                     // 23-bit mantissa, exact
     float be = e + 127.0;
     float hi = floor(m / 65536.0);
     float mid = floor((m - hi * 65536.0) / 256.0);
     float lo = m - hi * 65536.0 - mid * 256.0;
     float eh = floor(be * 0.5);
-    return vec4(lo, mid, hi + 128.0 * (be - 2.0 * eh), eh + s) / 255.0;
+    vec4 v = vec4(lo, mid, hi + 128.0 * (be - 2.0 * eh), eh + s) / 255.0;
+    v = a < 1.17549435e-38 ? vec4(0.0) : v;                                 // zero, denormals -> +0
+    v = a > 3.40282347e38 ? vec4(0.0, 0.0, 128.0, 127.0 + s) / 255.0 : v;  // +-Inf
+    return g2_isnan(x) ? vec4(0.0, 0.0, 192.0, 127.0) / 255.0 : v;          // 0x7FC00000
 }
 
 float g2_inf() { return exp2(200.0); }
@@ -59,32 +62,33 @@ float g2_decode32(vec4 t) {
     float be = (b.a - sh) * 2.0 + bh * (1.0 / 128.0);
     float m = dot(vec3(b.b - bh, b.g, b.r), vec3(65536.0, 256.0, 1.0));
     float s = sh > 0.0 ? -1.0 : 1.0;
-    if (be == 0.0) return s * 0.0;                                       // zero, denormals -> +-0
-    if (be == 255.0) return m == 0.0 ? s * g2_inf() : g2_nan();
     // exact: a 24-bit significand times a power of two inside the normal range
-    return s * (1.0 + m * (1.0 / 8388608.0)) * exp2(be - 127.0);
+    float v = s * (1.0 + m * (1.0 / 8388608.0)) * exp2(be - 127.0);
+    v = be == 0.0 ? s * 0.0 : v;                                         // zero, denormals -> +-0
+    return be == 255.0 ? (m == 0.0 ? s * g2_inf() : g2_nan()) : v;
 }
 
 // binary16 as two bytes (lo, hi), round to nearest even, subnormals kept, overflow -> Inf.
 vec2 g2_half_bytes(float x) {
-    if (g2_isnan(x)) return vec2(0.0, 126.0);                           // 0x7E00
     float s = x < 0.0 ? 128.0 : 0.0;
     float a = abs(x);
-    if (a >= 65520.0) return vec2(0.0, 124.0 + s);                       // +-Inf
-    float e = a < 6.10351562e-05 ? -15.0 : g2_exponent(a);
+    float e = a < 6.10351562e-05 ? -15.0 : g2_exponent(clamp(a, 6.10351562e-05, 65504.0));
     // mantissa in units of the last place: 2^(e-10) for normals, 2^-24 for subnormals
     float ulp = e < -14.0 ? -24.0 : e - 10.0;
     float r = g2_unscale(a, ulp);
     float f = floor(r);
     float d = r - f;
-    if (d > 0.5 || (d == 0.5 && f - 2.0 * floor(f * 0.5) == 1.0)) f += 1.0;
+    f += d > 0.5 || (d == 0.5 && f - 2.0 * floor(f * 0.5) == 1.0) ? 1.0 : 0.0;
     // f: 11-bit significand with the implicit bit for normals (1024..2048), raw for subnormals
     float be = e < -14.0 ? 0.0 : e + 15.0;
-    if (e >= -14.0) f -= 1024.0;
-    if (f >= 1024.0) { f -= 1024.0; be += 1.0; }                         // rounding carried
-    if (be >= 31.0) return vec2(0.0, 124.0 + s);
+    f -= e >= -14.0 ? 1024.0 : 0.0;
+    float carry = f >= 1024.0 ? 1.0 : 0.0;                               // rounding carried
+    f -= carry * 1024.0;
+    be += carry;
     float hi = floor(f / 256.0);
-    return vec2(f - hi * 256.0, be * 4.0 + hi + s);
+    vec2 v = vec2(f - hi * 256.0, be * 4.0 + hi + s);
+    v = a >= 65520.0 || be >= 31.0 ? vec2(0.0, 124.0 + s) : v;           // +-Inf
+    return g2_isnan(x) ? vec2(0.0, 126.0) : v;                          // 0x7E00
 }
 
 vec4 g2_encode16(float x, float y) { return vec4(g2_half_bytes(x), g2_half_bytes(y)) / 255.0; }
@@ -94,9 +98,8 @@ float g2_half(vec2 b) {
     float h = b.y - (s < 0.0 ? 128.0 : 0.0);
     float be = floor(h / 4.0);
     float m = (h - be * 4.0) * 256.0 + b.x;
-    if (be == 31.0) return m == 0.0 ? s * g2_inf() : g2_nan();
-    if (be == 0.0) return s * m * exp2(-24.0);
-    return s * (1.0 + m / 1024.0) * exp2(be - 15.0);
+    float v = s * (be == 0.0 ? m * exp2(-24.0) : (1.0 + m / 1024.0) * exp2(be - 15.0));
+    return be == 31.0 ? (m == 0.0 ? s * g2_inf() : g2_nan()) : v;
 }
 
 vec2 g2_decode16(vec4 t) {
