@@ -24,6 +24,17 @@ float g2_exponent(float a) {
     return e + (exp2(e + 1.0) <= a ? 1.0 : 0.0);
 }
 
+// (m, e) with a = m * 2^e and 1 <= m < 2, for a normal positive a: one log2 and one exp2 (the
+// scale's argument chosen so that neither factor leaves the normal range), then log2's error
+// corrected by one step either way.
+vec2 g2_frexp(float a) {
+    float e = clamp(floor(log2(a)), -126.0, 127.0);
+    float m = (a * (e > 0.0 ? 0.5 : 1.0)) * exp2(e > 0.0 ? 1.0 - e : -e);
+    float below = m < 1.0 ? 1.0 : 0.0;
+    float above = m >= 2.0 ? 1.0 : 0.0;
+    return vec2(m * (1.0 + below) * (1.0 - 0.5 * above), e - below + above);
+}
+
 // a * 2^-e split in two factors so neither power of two leaves the normal range.
 float g2_unscale(float a, float e) {
     float h = floor(e * 0.5);
@@ -39,9 +50,9 @@ bool g2_isnan(float x) {
 vec4 g2_encode32(float x) {
     float s = x < 0.0 ? 128.0 : 0.0;
     float a = abs(x);
-    float e = g2_exponent(clamp(a, 1.17549435e-38, 3.40282347e38));  // the special cases' is unused
-    float m = (g2_unscale(a, e) - 1.0) * 8388608.0;                     // 23-bit mantissa, exact
-    float be = e + 127.0;
+    vec2 me = g2_frexp(clamp(a, 1.17549435e-38, 3.40282347e38));       // the special cases' is unused
+    float m = (me.x - 1.0) * 8388608.0;                                 // 23-bit mantissa, exact
+    float be = me.y + 127.0;
     float hi = floor(m / 65536.0);
     float mid = floor((m - hi * 65536.0) / 256.0);
     float lo = m - hi * 65536.0 - mid * 256.0;
