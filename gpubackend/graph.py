@@ -40,6 +40,8 @@ class Graph:
     dequantized: dict[str, Any] = field(default_factory=dict)
     # activations a precision plan keeps fp32 under precision="fp16" (gpubackend.mixed_precision)
     fp32_plan: frozenset[str] = frozenset()
+    # activations a rewrite made that stay fp32 under precision="fp16", each with why
+    fp32_rewritten: dict[str, str] = field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}

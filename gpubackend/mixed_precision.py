@@ -50,6 +50,8 @@ def keeps_fp32(name: str, graph: Graph) -> str | None:
         return None
     if math.prod(shape) <= SMALL_TENSOR_ELEMENTS:
         return REASON_SMALL
+    if name in graph.fp32_rewritten:
+        return graph.fp32_rewritten[name]
     return REASON_CALIBRATED if name in graph.fp32_plan else None
 
 

@@ -437,6 +437,7 @@ def optimize(graph: Graph) -> None:
     rewrites.fold_channel_affine(graph)
     rewrites.fold_input_affine(graph)
     rewrites.fuse_decomposed_hardswish(graph)
+    rewrites.conv_before_upsample(graph)
     fuse_activations(graph)
     remove_dead_nodes(graph)
 

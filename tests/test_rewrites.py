@@ -123,3 +123,75 @@ def test_onnxruntime_engine_runs_the_rewritten_model_below_opset_14() -> None:
     got = sess.run({"x": x})
     assert "runs on numpy" not in sess.explain(), sess.explain()
     _check(got, want, 1e-5)
+
+
+def _upsample_model() -> tuple[object, np.ndarray]:
+    """Upsampling Resizes before 1x1 Convs: two that swap places with their conv (linear by
+    scales, nearest by constant sizes) and six that must not (a 3x3 conv, a Resize read twice, an
+    activation after the conv, cubic interpolation, a conv whose many output channels would make
+    the Resize dearer than the conv saves, a downsampling Resize)."""
+    rng = np.random.default_rng(8)
+    f = np.float32
+
+    def const(name: str, v, dtype=f) -> object:
+        return numpy_helper.from_array(np.asarray(v, dtype), name)
+
+    inits = [const("x2", [1, 1, 2, 2]), const("half", [1, 1, 0.5, 0.5]), const("sizes", [1, 3, 16, 16], np.int64),
+             const("w1", rng.standard_normal((5, 3, 1, 1))), const("b1", rng.standard_normal(5)),
+             const("w3", rng.standard_normal((4, 3, 3, 3))), const("w64", rng.standard_normal((64, 3, 1, 1)))]
+    n = helper.make_node
+    lin = {"mode": "linear", "coordinate_transformation_mode": "half_pixel"}
+    nodes = [
+        n("Resize", ["x", "", "x2"], ["r1"], name="up_linear", **lin),
+        n("Conv", ["r1", "w1", "b1"], ["y1"], name="conv_linear"),
+        n("Resize", ["x", "", "", "sizes"], ["r2"], name="up_sizes", mode="nearest"),
+        n("Conv", ["r2", "w1"], ["y2"], name="conv_sizes"),
+        n("Resize", ["x", "", "x2"], ["r3"], name="up_3x3", **lin),
+        n("Conv", ["r3", "w3"], ["y3"], name="conv_3x3", pads=[1, 1, 1, 1]),
+        n("Resize", ["x", "", "x2"], ["r4"], name="up_twice", **lin),
+        n("Conv", ["r4", "w1", "b1"], ["c4"], name="conv_twice"), n("Neg", ["r4"], ["y4b"], name="reads_r4"),
+        n("Resize", ["x", "", "x2"], ["r5"], name="up_relu", **lin),
+        n("Conv", ["r5", "w1", "b1"], ["c5"], name="conv_relu"), n("Relu", ["c5"], ["y5"], name="relu"),
+        n("Resize", ["x", "", "x2"], ["r6"], name="up_cubic", mode="cubic"),
+        n("Conv", ["r6", "w1"], ["y6"], name="conv_cubic"),
+        n("Resize", ["x", "", "x2"], ["r7"], name="up_wide", **lin),
+        n("Conv", ["r7", "w64"], ["y7"], name="conv_wide"),
+        n("Resize", ["x", "", "half"], ["r8"], name="down", **lin),
+        n("Conv", ["r8", "w1"], ["y8"], name="conv_down"),
+    ]
+    outs = ["y1", "y2", "y3", "c4", "y4b", "y5", "y6", "y7", "y8"]
+    graph = helper.make_graph(nodes, "upsample", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(f)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), x
+
+
+def test_conv_before_upsample_only_where_it_saves_reads() -> None:
+    model, _ = _upsample_model()
+    graph = to_graph(load_model(model))
+    order = [n.name for n in graph.nodes]
+    for conv, resize in (("conv_linear", "up_linear"), ("conv_sizes", "up_sizes")):
+        assert order.index(conv) < order.index(resize), order
+        node = {n.name: n for n in graph.nodes}[conv]
+        assert node.inputs[0] == "x" and graph.shapes[node.outputs[0]] == (1, 5, 8, 8)
+    sizes = {n.name: n for n in graph.nodes}["up_sizes"].inputs[3]
+    assert graph.constants[sizes].tolist() == [1, 5, 16, 16]
+    for conv, resize in (("conv_3x3", "up_3x3"), ("conv_twice", "up_twice"), ("conv_relu", "up_relu"),
+                         ("conv_cubic", "up_cubic"), ("conv_wide", "up_wide"), ("conv_down", "down")):
+        assert order.index(resize) < order.index(conv), conv
+
+
+@pytest.mark.parametrize("path", ["cpu", "gles2", "gles31", "vulkan"])
+def test_conv_before_upsample_matches_onnxruntime_with_nan_and_inf(path: str) -> None:
+    model, x = _upsample_model()
+    x[0, 0, 2, 3] = np.nan
+    x[0, 1, 5, 5] = np.inf
+    x[0, 2, 7, 0] = -np.inf
+    want = _onnxruntime(model, x)
+    kw = {"cpu_engine": "numpy"} if path == "cpu" else {}
+    sess = gpubackend.Session(model, path=path, **kw)  # gles2 has no cubic Resize
+    swapped = ("conv_linear", "up_linear", "conv_sizes", "up_sizes")
+    assert {sess.placement[name] for name in swapped} == {path}
+    _check(sess.run({"x": x}), want, 1e-4)
+    x = np.random.default_rng(9).standard_normal(x.shape).astype(np.float32)
+    _check(sess.run({"x": x}), _onnxruntime(model, x), 1e-5)
