@@ -42,6 +42,8 @@ class Graph:
     fp32_plan: frozenset[str] = frozenset()
     # activations a rewrite made that stay fp32 under precision="fp16", each with why
     fp32_rewritten: dict[str, str] = field(default_factory=dict)
+    # Conv name -> the name of the upsampling Resize it now runs before (rewrites.conv_before_upsample)
+    conv_before_upsample: dict[str, str] = field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}

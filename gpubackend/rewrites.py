@@ -295,4 +295,5 @@ def conv_before_upsample(graph: Graph) -> None:
             Node(conv.name, "Conv", [resize.inputs[0], *conv.inputs[1:]], [t], dict(conv.attrs), conv.domain),
             Node(resize.name, resize.op_type, [t, *resize_inputs[1:]], [y], dict(resize.attrs), resize.domain)]
         removed.add(resize.name)
+        graph.conv_before_upsample[conv.name] = resize.name
     graph.nodes = [m for n in graph.nodes if n.name not in removed for m in replaced.get(n.name, [n])]

@@ -736,6 +736,10 @@ class Session:
         fused = {k: v for k, v in variant.graph.fused.items() if v}
         if fused:
             lines.append("fused: " + ", ".join(f"{k} <- {'+'.join(v)}" for k, v in fused.items()))
+        swapped = variant.graph.conv_before_upsample
+        if swapped:
+            lines.append("1x1 conv moved before the upsampling Resize that fed it (fewer pixels): "
+                         + ", ".join(f"{c} before {r}" for c, r in swapped.items()))
         if verbose and fell:
             ops = {n.name: n.op_type for n in variant.graph.nodes}
             lines.append("per node:")

@@ -193,5 +193,6 @@ def test_conv_before_upsample_matches_onnxruntime_with_nan_and_inf(path: str) ->
     swapped = ("conv_linear", "up_linear", "conv_sizes", "up_sizes")
     assert {sess.placement[name] for name in swapped} == {path}
     _check(sess.run({"x": x}), want, 1e-4)
+    assert "conv_linear before up_linear, conv_sizes before up_sizes" in sess.explain()
     x = np.random.default_rng(9).standard_normal(x.shape).astype(np.float32)
     _check(sess.run({"x": x}), _onnxruntime(model, x), 1e-5)
