@@ -289,7 +289,7 @@ def conv_before_upsample(graph: Graph) -> None:
         graph.shapes[t] = (small[0], cout, small[2], small[3])
         graph.dtypes[t] = graph.dtypes.get(y, np.dtype(np.float32))
         # fp16 would round these values twice (here and in y, which a precision plan decides about);
-        # a quarter of y's size or less
+        # smaller than y by the upsampling factor
         graph.fp32_rewritten[t] = "a conv output enlarged by the Resize after it (rounded once, in the Resize's output)"
         replaced[conv.name] = [
             Node(conv.name, "Conv", [resize.inputs[0], *conv.inputs[1:]], [t], dict(conv.attrs), conv.domain),
