@@ -16,14 +16,6 @@ vec4 g2_bytes(vec4 t) { return floor(t * 255.0 + 0.5); }
 // textures, docs/gles2_encoding.md): byte b is b, or b - 256 from 128 up (two's complement).
 vec4 g2_int8(vec4 t) { vec4 b = g2_bytes(t); return b - 256.0 * step(128.0, b); }
 
-// Exponent e with 2^e <= a < 2^(e+1) for a normal positive a: log2 is only approximate, so
-// correct it by one step either way (matters right at powers of two).
-float g2_exponent(float a) {
-    float e = floor(log2(a));
-    e -= exp2(e) > a ? 1.0 : 0.0;
-    return e + (exp2(e + 1.0) <= a ? 1.0 : 0.0);
-}
-
 // (m, e) with a = m * 2^e and 1 <= m < 2, for a normal positive a: one log2 and one exp2 (the
 // scale's argument chosen so that neither factor leaves the normal range), then log2's error
 // corrected by one step either way.
@@ -33,12 +25,6 @@ vec2 g2_frexp(float a) {
     float below = m < 1.0 ? 1.0 : 0.0;
     float above = m >= 2.0 ? 1.0 : 0.0;
     return vec2(m * (1.0 + below) * (1.0 - 0.5 * above), e - below + above);
-}
-
-// a * 2^-e split in two factors so neither power of two leaves the normal range.
-float g2_unscale(float a, float e) {
-    float h = floor(e * 0.5);
-    return (a * exp2(-h)) * exp2(h - e);
 }
 
 bool g2_isnan(float x) {
@@ -83,10 +69,12 @@ float g2_decode32(vec4 t) {
 vec2 g2_half_bytes(float x) {
     float s = x < 0.0 ? 128.0 : 0.0;
     float a = abs(x);
-    float e = a < 6.10351562e-05 ? -15.0 : g2_exponent(clamp(a, 6.10351562e-05, 65504.0));
-    // mantissa in units of the last place: 2^(e-10) for normals, 2^-24 for subnormals
-    float ulp = e < -14.0 ? -24.0 : e - 10.0;
-    float r = g2_unscale(a, ulp);
+    bool sub = a < 6.10351562e-05;
+    // past 65504 everything rounds to 65504 or is Inf (selected below): the clamp changes no result
+    vec2 me = g2_frexp(clamp(a, 6.10351562e-05, 65504.0));
+    float e = sub ? -15.0 : me.y;
+    // the significand in units of the last place: 2^(e-10) for normals, 2^-24 for subnormals
+    float r = sub ? a * 16777216.0 : me.x * 1024.0;
     float f = floor(r);
     float d = r - f;
     f += d > 0.5 || (d == 0.5 && f - 2.0 * floor(f * 0.5) == 1.0) ? 1.0 : 0.0;
